@@ -1,0 +1,134 @@
+"""`robotrl bench codec`: encode + decode throughput of a transition batch.
+
+Two payloads: state only (about 1 KB per transition) and state plus two 96x96 RGB
+cameras. The codec path: build the message of a :class:`TransitionBatch`, encode
+it to frames, copy every frame once into fresh bytes (what a socket delivers),
+decode the frames and rebuild the batch with every validation. The baseline,
+measured in the same run and interleaved with ours, copies the same arrays once
+with ``tobytes`` and rebuilds them with ``frombuffer``: the ratio is what the
+codec costs over the one copy a transfer cannot avoid.
+
+Stacking per-tick :class:`Transition` objects into a batch (what an actor does
+before sending) is reported beside it, in transitions per second.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from robotrl.bench.report import report
+from robotrl.core.batch import TransitionBatch
+from robotrl.core.types import Observation, Transition
+from robotrl.wire.codec import decode, encode
+from robotrl.wire.messages import message_to_transition_batch, transition_batch_to_message
+
+BATCH = 64
+STATE_DIM = 224  # with the other columns, about 1 KB per transition
+ACTION_DIM = 6
+CAMERAS = ("front", "wrist")
+IMAGE_SIZE = 96
+
+
+def make_transitions(n: int, cameras: tuple[str, ...], rng: np.random.Generator) -> list[Transition]:
+    """``n`` consecutive transitions of one actor, the last ending its episode."""
+    out = []
+    for i in range(n):
+        images = {c: rng.integers(0, 256, (IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8) for c in cameras}
+        obs = Observation(
+            i, rng.standard_normal(STATE_DIM, dtype=np.float32), images, "pick the cube", 0.01 * i
+        )
+        action = rng.standard_normal(ACTION_DIM, dtype=np.float32)
+        last = i == n - 1
+        out.append(
+            Transition(
+                actor_id="actor-0",
+                episode_id=7,
+                tick=i,
+                observation=obs,
+                action=action,
+                proposed_action=action,
+                reward=float(last),
+                terminated=last,
+                truncated=False,
+                intervention=False,
+                chunk_id=i // 32,
+                index_in_chunk=i % 32,
+                policy_version=3,
+                delay_ticks=4,
+                obs_time=0.01 * i,
+                action_time=0.01 * i + 0.001,
+                next_observation=obs if last else None,
+            )
+        )
+    return out
+
+
+def codec_round_trip(batch: TransitionBatch) -> TransitionBatch:
+    frames = encode(transition_batch_to_message(batch, seq=1))
+    delivered = [bytes(f) for f in frames]  # the one copy a transfer makes
+    return message_to_transition_batch(decode(delivered))
+
+
+def copy_round_trip(arrays: list[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
+    """The baseline: every array copied out and rebuilt once, all alive together like a message."""
+    return [np.frombuffer(a.tobytes(), dtype=a.dtype).reshape(a.shape) for a in arrays]
+
+
+def _blocks(fn: Callable[[], object], seconds: float) -> float:
+    """Seconds per call, averaged over calls filling about ``seconds``."""
+    calls = 0
+    start = time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return elapsed / calls
+
+
+def measure(batch: TransitionBatch, rounds: int, block_s: float) -> tuple[float, float]:
+    """(codec seconds per batch, copy seconds per batch), medians of interleaved rounds."""
+    arrays = list(transition_batch_to_message(batch, seq=1).arrays.values())
+    codec_round_trip(batch)  # warm up
+    codec_s, copy_s = [], []
+    for _ in range(rounds):
+        codec_s.append(_blocks(lambda: codec_round_trip(batch), block_s))
+        copy_s.append(_blocks(lambda: copy_round_trip(arrays), block_s))
+    return statistics.median(codec_s), statistics.median(copy_s)
+
+
+def run(quick: bool = False) -> dict[str, float | str]:
+    rng = np.random.default_rng(0)
+    rounds, block_s = (3, 0.1) if quick else (7, 0.5)
+    rows = []
+    result: dict[str, float | str] = {"bench": "codec"}
+    for label, cameras in (("state", ()), ("image", CAMERAS)):
+        transitions = make_transitions(BATCH, cameras, rng)
+        batch = TransitionBatch.from_transitions(transitions)
+        stack = functools.partial(TransitionBatch.from_transitions, transitions)
+        stack_s = statistics.median(_blocks(stack, block_s) for _ in range(rounds))
+        codec_s, copy_s = measure(batch, rounds, block_s)
+        payload = batch.nbytes
+        mb = payload / 1e6
+        codec_mbps, copy_mbps = mb / codec_s, mb / copy_s
+        ratio = copy_s / codec_s
+        rows.append([label, payload // BATCH, codec_mbps, copy_mbps, f"{ratio:.2f}", BATCH / stack_s])
+        result[f"{label}_mb_per_s"] = round(codec_mbps, 1)
+        result[f"{label}_tps"] = round(BATCH / codec_s)
+        result[f"{label}_stack_tps"] = round(BATCH / stack_s)
+        result[f"{label}_ratio_vs_copy"] = round(ratio, 3)
+    result["ratio_vs_copy"] = result["image_ratio_vs_copy"]
+    report(
+        f"codec: encode+decode of a {BATCH}-transition batch ({'quick' if quick else 'full'} run)",
+        ["payload", "bytes/transition", "codec MB/s", "copy MB/s", "ratio vs copy", "stacking transitions/s"],
+        rows,
+        result,
+    )
+    return result

@@ -1,0 +1,326 @@
+"""Hydra structured configs: one dataclass per group, a docstring per field.
+
+The YAML files under ``configs/`` are presets over these dataclasses; Hydra checks
+their types, and :func:`problems` checks values (ranges, combinations), so a bad
+value fails at start with a message that names the field.
+
+Groups: ``env``, ``policy``, ``actor``, ``learner``, ``transport``. Every role
+composes the same root :class:`RobotRLConfig` and reads the groups it needs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields, is_dataclass
+from enum import Enum
+from typing import Any
+
+
+class Strategy(Enum):
+    """How the actor merges a new chunk with the one it is executing."""
+
+    sync = "sync"  # stop and wait for every chunk (the baseline that pauses the robot)
+    naive_async = "naive_async"  # switch to the new chunk at its first future tick
+    blend = "blend"  # weighted merge of old and new on the overlap
+    prefix = "prefix"  # real-time chunking: the policy continues the committed prefix
+
+
+class LatencyKind(Enum):
+    """Inference-time model used in virtual time (ignored in wall-clock mode)."""
+
+    constant = "constant"
+    lognormal = "lognormal"
+    spike_mixture = "spike_mixture"
+    empirical = "empirical"
+
+
+class AlgorithmKind(Enum):
+    rapi = "rapi"  # replay-anchored policy improvement (critic + advantage-weighted actor)
+    bc = "bc"  # anchored behaviour cloning only, the baseline
+
+
+class PolicyKind(Enum):
+    flow = "flow"  # robotrl's built-in flow-matching chunk policy
+    lerobot = "lerobot"  # a lerobot pretrained policy through the adapter
+
+
+class PolicySize(Enum):
+    tiny = "tiny"  # <= 2M parameters, for tests
+    small = "small"  # about 10M, the CPU demo
+    base = "base"  # 50-100M, for a GPU
+
+
+@dataclass
+class EnvConfig:
+    id: str = "robotrl/SO101Reach-v0"
+    """Gymnasium id of the task (registered under the robotrl/ namespace)."""
+    control_hz: float = 30.0
+    """Control rate: one action per tick."""
+    max_episode_ticks: int = 300
+    """Time limit; the episode is truncated after this many ticks."""
+    cameras: list[str] = field(default_factory=lambda: ["front", "wrist"])
+    """Camera observations to render; empty for state only."""
+    image_size: int = 96
+    """Square camera resolution in pixels."""
+    privileged_state: bool = False
+    """Add the object pose to the state (sim only)."""
+    domain_randomization: bool = True
+    """Seeded randomisation of object pose, friction, mass, colours, light, cameras."""
+
+
+@dataclass
+class PolicyConfig:
+    kind: PolicyKind = PolicyKind.flow
+    """Built-in flow policy or a lerobot policy through the adapter."""
+    size: PolicySize = PolicySize.small
+    """Size preset of the built-in policy."""
+    horizon: int = 32
+    """Actions per chunk (H)."""
+    max_delay: int = 12
+    """Largest committed prefix (ticks) seen in training; prefix conditioning holds up to here."""
+    flow_steps: int = 5
+    """Integration steps of the flow-matching head at inference."""
+    path: str | None = None
+    """Local directory of pretrained weights (robotrl checkpoint or lerobot policy); None for fresh."""
+    device: str = "auto"
+    """'auto' (CUDA when present), 'cpu' or 'cuda'."""
+
+
+@dataclass
+class LatencyConfig:
+    kind: LatencyKind = LatencyKind.lognormal
+    """Shape of the inference-time distribution."""
+    median_s: float = 0.15
+    """Median inference time in seconds (constant: the value itself)."""
+    sigma: float = 0.3
+    """Log-space standard deviation (lognormal, spike_mixture)."""
+    spike_prob: float = 0.02
+    """Probability of a spike (spike_mixture)."""
+    spike_s: float = 0.6
+    """Duration of a spike in seconds (spike_mixture)."""
+    profile_path: str | None = None
+    """Latency profile file recorded by `robotrl profile-latency` (empirical)."""
+
+
+@dataclass
+class ActorConfig:
+    actor_id: str = "actor-0"
+    """Name of this actor in the transition stream; unique per learner."""
+    strategy: Strategy = Strategy.prefix
+    """Execution strategy for overlapping chunks."""
+    virtual_time: bool = True
+    """Sim only: no sleeping; the latency model decides how many ticks an inference takes."""
+    latency: LatencyConfig = field(default_factory=LatencyConfig)
+    """Latency model for virtual time."""
+    delay_window: int = 50
+    """Inferences remembered by the delay estimate (old spikes are forgotten)."""
+    delay_quantile: float = 0.9
+    """Quantile of recent delays used as the expected delay."""
+    margin_ticks: int = 1
+    """Start the next inference when actions left <= expected delay + margin."""
+    blend_decay: float = 0.5
+    """blend: weight of the old chunk decays by this factor per overlapping tick."""
+    episodes: int = 10
+    """Episodes to run (eval) or 0 to run until stopped (online)."""
+    seed: int = 0
+    """Seed of the first episode; episode i uses seed + i."""
+    max_inference_errors: int = 3
+    """Consecutive inference errors before the actor stops cleanly."""
+
+
+@dataclass
+class LearnerConfig:
+    algorithm: AlgorithmKind = AlgorithmKind.rapi
+    """Learning rule: rapi or bc."""
+    batch_size: int = 256
+    """Samples per update, half online and half anchor."""
+    anchor_fraction: float = 0.5
+    """Share of each batch drawn from the anchor buffer."""
+    gamma: float = 0.99
+    """Per-tick discount; a chunk of H ticks is discounted by gamma**H."""
+    expectile: float = 0.7
+    """Expectile of V's regression on min Q."""
+    beta: float = 0.5
+    """Advantage temperature: w = exp(clip(A / beta, -adv_clip, adv_clip))."""
+    adv_clip: float = 3.0
+    """Clip of A / beta before the exponential."""
+    critic_updates_per_group: int = 20
+    """Critic updates in one update group."""
+    actor_updates_per_group: int = 5
+    """Actor updates in one update group (after the critic's)."""
+    critic_warmup_updates: int = 2560
+    """Critic updates before the first actor update."""
+    lr: float = 3.0e-4
+    """Adam learning rate for every network."""
+    online_capacity: int = 200_000
+    """Transitions the online buffer holds."""
+    anchor_capacity: int = 100_000
+    """Transitions the anchor buffer holds."""
+    fastest_successes: int = 20
+    """Fastest successful episodes kept in the anchor buffer."""
+    max_policy_lag: int | None = None
+    """Drop samples older than this many policy versions; None keeps all."""
+    demos_path: str | None = None
+    """Local LeRobotDataset of demonstrations for the anchor buffer."""
+    checkpoint_every_groups: int = 50
+    """Write a checkpoint every this many update groups."""
+    device: str = "auto"
+    """'auto' (CUDA with bf16 autocast when present), 'cpu' or 'cuda'."""
+
+
+@dataclass
+class TransportConfig:
+    transitions_endpoint: str = "tcp://127.0.0.1:5555"
+    """Where the learner receives transitions (ZeroMQ endpoint: tcp://host:port or ipc://path)."""
+    weights_endpoint: str = "tcp://127.0.0.1:5556"
+    """Where the learner publishes weights."""
+    batch_transitions: int = 64
+    """Transitions per batch on the wire."""
+    heartbeat_s: float = 1.0
+    """Heartbeat period on every link."""
+    peer_timeout_s: float = 5.0
+    """A peer silent this long is declared dead."""
+    max_inflight_batches: int = 256
+    """Unacknowledged batches held in memory before spooling to disk."""
+    spool_dir: str = "runs/spool"
+    """Directory of the disk spool used while the learner is away."""
+    spool_max_mb: int = 2048
+    """Disk spool budget; beyond it batches are dropped and counted."""
+    weights_subset: str = "trainable"
+    """'trainable' (only the trained tensors) or 'full'."""
+    curve: bool = False
+    """CURVE authentication and encryption (for links that cross hosts)."""
+    keys_dir: str = "keys"
+    """Directory of CURVE key pairs written by `robotrl keys generate`."""
+
+
+@dataclass
+class RobotRLConfig:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    run_dir: str = "runs/default"
+    """Where a role writes logs, checkpoints and results."""
+    seed: int = 0
+    """Global seed (torch, numpy) of this process."""
+
+
+def _positive(name: str, value: float) -> Iterator[tuple[str, str]]:
+    if value <= 0:
+        yield name, f"must be > 0, got {value}"
+
+
+def _endpoint(name: str, value: str) -> Iterator[tuple[str, str]]:
+    if not value.startswith(("tcp://", "ipc://", "inproc://")):
+        yield name, f"must be a ZeroMQ endpoint (tcp://host:port, ipc://path), got {value!r}"
+
+
+def _unit_interval(name: str, value: float, *, open_ends: bool = False) -> Iterator[tuple[str, str]]:
+    ok = 0 < value < 1 if open_ends else 0 <= value <= 1
+    if not ok:
+        bounds = "(0, 1)" if open_ends else "[0, 1]"
+        yield name, f"must be in {bounds}, got {value}"
+
+
+def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
+    """Every (dotted field, message) that is wrong with ``cfg``; empty when it is valid."""
+    out: list[tuple[str, str]] = []
+    e, p, a, lrn, t = cfg.env, cfg.policy, cfg.actor, cfg.learner, cfg.transport
+    out += _positive("env.control_hz", e.control_hz)
+    out += _positive("env.max_episode_ticks", e.max_episode_ticks)
+    if not 16 <= e.image_size <= 1024:
+        out.append(("env.image_size", f"must be in [16, 1024], got {e.image_size}"))
+    if len(set(e.cameras)) != len(e.cameras):
+        out.append(("env.cameras", f"lists a camera twice: {e.cameras}"))
+    out += _positive("policy.horizon", p.horizon)
+    if not 0 <= p.max_delay < p.horizon:
+        out.append(("policy.max_delay", f"must be in [0, horizon={p.horizon}), got {p.max_delay}"))
+    out += _positive("policy.flow_steps", p.flow_steps)
+    if p.kind is PolicyKind.lerobot and not p.path:
+        out.append(("policy.path", "a lerobot policy needs a local directory (no hub downloads)"))
+    for name, dev in (("policy.device", p.device), ("learner.device", lrn.device)):
+        if dev not in ("auto", "cpu", "cuda") and not dev.startswith("cuda:"):
+            out.append((name, f"must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {dev!r}"))
+    lat = a.latency
+    out += _positive("actor.latency.median_s", lat.median_s) if lat.kind is not LatencyKind.constant else []
+    if lat.kind is LatencyKind.constant and lat.median_s < 0:
+        out.append(("actor.latency.median_s", f"must be >= 0, got {lat.median_s}"))
+    if lat.sigma < 0:
+        out.append(("actor.latency.sigma", f"must be >= 0, got {lat.sigma}"))
+    out += _unit_interval("actor.latency.spike_prob", lat.spike_prob)
+    if lat.kind is LatencyKind.empirical and not lat.profile_path:
+        out.append(("actor.latency.profile_path", "the empirical latency model needs a profile file"))
+    out += _positive("actor.delay_window", a.delay_window)
+    out += _unit_interval("actor.delay_quantile", a.delay_quantile, open_ends=True)
+    if a.margin_ticks < 0:
+        out.append(("actor.margin_ticks", f"must be >= 0, got {a.margin_ticks}"))
+    out += _unit_interval("actor.blend_decay", a.blend_decay)
+    if a.episodes < 0:
+        out.append(("actor.episodes", f"must be >= 0, got {a.episodes}"))
+    out += _positive("actor.max_inference_errors", a.max_inference_errors)
+    if not a.actor_id:
+        out.append(("actor.actor_id", "must not be empty"))
+    out += _positive("learner.batch_size", lrn.batch_size)
+    out += _unit_interval("learner.anchor_fraction", lrn.anchor_fraction)
+    if not 0 < lrn.gamma <= 1:
+        out.append(("learner.gamma", f"must be in (0, 1], got {lrn.gamma}"))
+    out += _unit_interval("learner.expectile", lrn.expectile, open_ends=True)
+    out += _positive("learner.beta", lrn.beta)
+    out += _positive("learner.adv_clip", lrn.adv_clip)
+    out += _positive("learner.critic_updates_per_group", lrn.critic_updates_per_group)
+    if lrn.actor_updates_per_group < 0:
+        out.append(("learner.actor_updates_per_group", f"must be >= 0, got {lrn.actor_updates_per_group}"))
+    if lrn.critic_warmup_updates < 0:
+        out.append(("learner.critic_warmup_updates", f"must be >= 0, got {lrn.critic_warmup_updates}"))
+    out += _positive("learner.lr", lrn.lr)
+    out += _positive("learner.online_capacity", lrn.online_capacity)
+    out += _positive("learner.anchor_capacity", lrn.anchor_capacity)
+    if lrn.max_policy_lag is not None and lrn.max_policy_lag < 0:
+        out.append(("learner.max_policy_lag", f"must be >= 0 or null, got {lrn.max_policy_lag}"))
+    out += _positive("learner.checkpoint_every_groups", lrn.checkpoint_every_groups)
+    out += _endpoint("transport.transitions_endpoint", t.transitions_endpoint)
+    out += _endpoint("transport.weights_endpoint", t.weights_endpoint)
+    if t.transitions_endpoint == t.weights_endpoint:
+        out.append(("transport.weights_endpoint", "must differ from transport.transitions_endpoint"))
+    out += _positive("transport.batch_transitions", t.batch_transitions)
+    out += _positive("transport.heartbeat_s", t.heartbeat_s)
+    if t.peer_timeout_s <= t.heartbeat_s:
+        out.append(
+            ("transport.peer_timeout_s", f"must exceed heartbeat_s={t.heartbeat_s}, got {t.peer_timeout_s}")
+        )
+    out += _positive("transport.max_inflight_batches", t.max_inflight_batches)
+    if t.spool_max_mb < 0:
+        out.append(("transport.spool_max_mb", f"must be >= 0, got {t.spool_max_mb}"))
+    if t.weights_subset not in ("trainable", "full"):
+        out.append(("transport.weights_subset", f"must be 'trainable' or 'full', got {t.weights_subset!r}"))
+    return out
+
+
+def field_docs(cls: type[Any]) -> dict[str, str]:
+    """Field name -> its docstring, read from the source (used by `robotrl config --help`)."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = nxt.value.value.strip()
+    return docs
+
+
+def config_groups() -> dict[str, type[Any]]:
+    """Group name -> dataclass, from :class:`RobotRLConfig`'s fields."""
+    root = RobotRLConfig()
+    return {f.name: type(getattr(root, f.name)) for f in fields(root) if is_dataclass(getattr(root, f.name))}

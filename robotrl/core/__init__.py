@@ -1,0 +1,1 @@
+"""Core vocabulary: frozen value types, every Protocol (the seams between parts), and clocks."""

@@ -1,0 +1,145 @@
+"""Every seam of robotrl, and nothing else.
+
+A part depends on these Protocols, never on another part's concrete class, so a
+reader learns the architecture here: the actor drives a :class:`RobotEnv` with chunks
+from a :class:`ChunkPolicy`, timed by a :class:`LatencyModel` in virtual time; its
+transitions leave through a :class:`Sender` and reach the learner's
+:class:`Receiver`, which fills a :class:`ReplayBuffer` that an :class:`Algorithm`
+learns from; weights travel back the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from robotrl.core.types import EnvSpec, FloatArray, Observation, Transition
+
+T_co = TypeVar("T_co", covariant=True)
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What one control step of a :class:`RobotEnv` returns."""
+
+    observation: Observation
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class RobotEnv(Protocol):
+    """A robot or simulation stepped at the control rate, one absolute action per tick."""
+
+    @property
+    def spec(self) -> EnvSpec: ...
+
+    def reset(self, seed: int | None = None) -> Observation:
+        """Start an episode; the same seed gives the same episode."""
+        ...
+
+    def step(self, action: FloatArray) -> StepResult:
+        """Apply ``action`` for one control tick and observe."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class ChunkPolicy(Protocol):
+    """A policy that maps an observation to H future actions.
+
+    ``prefix`` holds the committed actions that will run while the policy infers
+    (real-time chunking); the returned chunk starts with them unchanged, and the
+    policy chooses only the continuation. ``delay`` is the prefix length.
+    """
+
+    @property
+    def horizon(self) -> int: ...
+
+    @property
+    def action_dim(self) -> int: ...
+
+    def infer(self, observation: Observation, prefix: FloatArray | None, delay: int) -> FloatArray:
+        """Return an (horizon, action_dim) chunk whose first ``delay`` rows equal ``prefix``."""
+        ...
+
+    def per_sample_loss(self, batch: Mapping[str, Any]) -> Any:
+        """Supervised loss per sample (a 1-D tensor), so a learner can weight samples."""
+        ...
+
+    def trainable_tensors(self) -> Mapping[str, npt.NDArray[np.generic]]:
+        """The tensors a learner trains and ships (for a VLA, e.g. its action head)."""
+        ...
+
+    def load_weights(self, tensors: Mapping[str, npt.NDArray[np.generic]]) -> None:
+        """Copy ``tensors`` into the policy in place; raise on a name, shape or dtype mismatch."""
+        ...
+
+
+@runtime_checkable
+class LatencyModel(Protocol):
+    """How long one inference takes, for virtual-time simulation."""
+
+    def sample_seconds(self, rng: np.random.Generator) -> float:
+        """Draw the duration of one inference, in seconds, from ``rng`` only."""
+        ...
+
+
+@runtime_checkable
+class Sender(Protocol[T_contra]):
+    """The sending end of a link. ``send`` never blocks the caller on the network."""
+
+    def send(self, item: T_contra) -> bool:
+        """Queue ``item`` for delivery; False when it was refused (queue and spool full)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Receiver(Protocol[T_co]):
+    """The receiving end of a link."""
+
+    def recv(self, timeout_s: float) -> T_co | None:
+        """The next item, or None when none arrived within ``timeout_s``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class ReplayBuffer(Protocol):
+    """Stores transitions and samples training batches; add and sample may run concurrently."""
+
+    def add(self, transitions: Sequence[Transition]) -> None: ...
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> Mapping[str, Any]: ...
+
+    def __len__(self) -> int: ...
+
+
+@runtime_checkable
+class Algorithm(Protocol):
+    """A learning rule the learner loop drives without knowing which one it is."""
+
+    def update(self, batch: Mapping[str, Any]) -> Mapping[str, float]:
+        """One gradient update from ``batch``; returns scalar metrics for logging."""
+        ...
+
+    def policy_weights(self) -> Mapping[str, npt.NDArray[np.generic]]:
+        """The policy tensors to publish to actors after an update group."""
+        ...
+
+    def state_dict(self) -> Mapping[str, Any]:
+        """Everything needed to resume: networks, optimisers, counters."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...

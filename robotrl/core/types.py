@@ -1,0 +1,229 @@
+"""The values that cross every seam of robotrl.
+
+Frozen dataclasses, so a value handed from one part to another cannot change under
+the receiver. Arrays inside them are numpy arrays; the parts that build them make
+them read-only where a value is shared (the wire decoder does, for instance).
+
+Time is the integer control tick; the float timestamps are seconds for logs only
+(see DESIGN.md, "Time").
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float32]
+ImageArray = npt.NDArray[np.uint8]
+
+_EMPTY_IMAGES: Mapping[str, ImageArray] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class EnvSpec:
+    """What a policy and the actor need to know about an environment.
+
+    Bounds are tuples so the spec is hashable and can be written to a config or a
+    dataset's metadata unchanged.
+    """
+
+    name: str
+    action_names: tuple[str, ...]
+    action_low: tuple[float, ...]
+    action_high: tuple[float, ...]
+    state_names: tuple[str, ...]
+    camera_shapes: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
+    control_hz: float = 30.0
+    max_episode_ticks: int = 300
+    instruction: str = ""
+
+    def __post_init__(self) -> None:
+        n = len(self.action_names)
+        if len(self.action_low) != n or len(self.action_high) != n:
+            raise ValueError(
+                f"EnvSpec {self.name!r}: action_low/action_high need {n} entries "
+                f"(one per action name), got {len(self.action_low)}/{len(self.action_high)}"
+            )
+        if any(lo > hi for lo, hi in zip(self.action_low, self.action_high, strict=True)):
+            raise ValueError(f"EnvSpec {self.name!r}: action_low exceeds action_high")
+        if self.control_hz <= 0:
+            raise ValueError(f"EnvSpec {self.name!r}: control_hz must be > 0")
+        for cam, shape in self.camera_shapes.items():
+            if len(shape) != 3 or shape[2] != 3 or min(shape) <= 0:
+                raise ValueError(f"EnvSpec {self.name!r}: camera {cam!r} shape {shape} is not HxWx3")
+
+    @property
+    def action_dim(self) -> int:
+        return len(self.action_names)
+
+    @property
+    def state_dim(self) -> int:
+        return len(self.state_names)
+
+    @property
+    def dt(self) -> float:
+        """Seconds per control tick."""
+        return 1.0 / self.control_hz
+
+    def action_bounds(self) -> tuple[FloatArray, FloatArray]:
+        return (
+            np.asarray(self.action_low, dtype=np.float32),
+            np.asarray(self.action_high, dtype=np.float32),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What the robot (or sim) reported at one control tick."""
+
+    tick: int
+    state: FloatArray
+    images: Mapping[str, ImageArray] = _EMPTY_IMAGES
+    instruction: str = ""
+    timestamp: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ActionChunk:
+    """H consecutive actions computed from one observation.
+
+    ``obs_tick`` is the tick of the observation it was computed from, ``ready_tick``
+    the tick it became available, ``start_tick`` the tick its first action is meant
+    for. The delay is measured (ticks consumed while inferring), never guessed.
+    ``prefix_len`` leading actions were given to the policy as a committed prefix.
+    """
+
+    chunk_id: int
+    actions: FloatArray
+    obs_tick: int
+    ready_tick: int
+    start_tick: int
+    policy_version: int
+    epoch: int = 0
+    prefix_len: int = 0
+
+    def __post_init__(self) -> None:
+        if self.actions.ndim != 2:
+            raise ValueError(f"ActionChunk.actions must be (H, action_dim), got {self.actions.shape}")
+        if self.ready_tick < self.obs_tick:
+            raise ValueError(
+                f"ActionChunk {self.chunk_id}: ready_tick {self.ready_tick} before obs_tick {self.obs_tick}"
+            )
+        if not 0 <= self.prefix_len <= self.horizon:
+            raise ValueError(f"ActionChunk {self.chunk_id}: prefix_len {self.prefix_len} out of range")
+
+    @property
+    def horizon(self) -> int:
+        return int(self.actions.shape[0])
+
+    @property
+    def delay_ticks(self) -> int:
+        """Ticks actually consumed while this chunk was computed."""
+        return self.ready_tick - self.obs_tick
+
+    @property
+    def end_tick(self) -> int:
+        """First tick after the last action of the chunk."""
+        return self.start_tick + self.horizon
+
+    def action_for(self, tick: int) -> FloatArray | None:
+        """The action meant for ``tick``, or None when the chunk does not cover it."""
+        i = tick - self.start_tick
+        if 0 <= i < self.horizon:
+            row: FloatArray = self.actions[i]
+            return row
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One control tick as executed, with every stamp the learner and audits need.
+
+    ``action`` is what the robot did (after safety filtering, or the human's action
+    during an intervention); ``proposed_action`` is what the policy asked for.
+    ``next_observation`` is set only on the last transition of an episode, so the
+    learner can bootstrap a truncated episode without doubling the stream's size.
+    """
+
+    actor_id: str
+    episode_id: int
+    tick: int
+    observation: Observation
+    action: FloatArray
+    proposed_action: FloatArray
+    reward: float
+    terminated: bool
+    truncated: bool
+    intervention: bool
+    chunk_id: int
+    index_in_chunk: int
+    policy_version: int
+    delay_ticks: int
+    obs_time: float = 0.0
+    action_time: float = 0.0
+    next_observation: Observation | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+
+def weights_digest(tensors: Mapping[str, npt.NDArray[np.generic]]) -> str:
+    """SHA-256 over names, dtypes, shapes and bytes, in name order.
+
+    Covers the layout as well as the values, so a reshaped or re-typed tensor with
+    the same bytes does not pass as the same update.
+    """
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        arr = np.ascontiguousarray(tensors[name])
+        h.update(name.encode())
+        h.update(b"\0")
+        h.update(arr.dtype.str.encode())
+        h.update(repr(tuple(arr.shape)).encode())
+        h.update(memoryview(arr).cast("B"))
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class WeightUpdate:
+    """A versioned set of policy tensors, learner to actors.
+
+    ``subset`` is ``"full"`` or ``"trainable"`` (only the tensors the learner trains,
+    e.g. a VLA's action head). ``digest`` is :func:`weights_digest` of ``tensors``.
+    """
+
+    version: int
+    tensors: Mapping[str, npt.NDArray[np.generic]]
+    digest: str
+    subset: str = "full"
+    created_time: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.version < 0:
+            raise ValueError(f"WeightUpdate.version must be >= 0, got {self.version}")
+        if self.subset not in ("full", "trainable"):
+            raise ValueError(f"WeightUpdate.subset must be 'full' or 'trainable', got {self.subset!r}")
+
+    @classmethod
+    def build(
+        cls,
+        version: int,
+        tensors: Mapping[str, npt.NDArray[np.generic]],
+        subset: str = "full",
+        created_time: float = 0.0,
+    ) -> WeightUpdate:
+        """An update whose digest is computed from ``tensors``."""
+        return cls(version, tensors, weights_digest(tensors), subset, created_time)
+
+    def digest_matches(self) -> bool:
+        return weights_digest(self.tensors) == self.digest
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(t.nbytes) for t in self.tensors.values())

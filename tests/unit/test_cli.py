@@ -1,0 +1,70 @@
+"""The `robotrl` console script, run as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from robotrl.cli import EXIT_NOT_BUILT, EXIT_USAGE, ROLES, main
+
+ROBOTRL = shutil.which("robotrl") or str(Path(sys.executable).parent / "robotrl")
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ROBOTRL, *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_help_lists_every_role_of_the_design():
+    out = run("--help")
+    assert out.returncode == 0
+    for role in ("actor", "learner", "launch", "pretrain", "record", "replay", "eval", "experiment", "bench"):
+        assert f"  {role} " in out.stdout
+
+
+def test_unbuilt_role_says_so_and_exits_nonzero(capsys):
+    unbuilt = [r for r in ROLES if r.entry is None and r.uses_config]
+    assert unbuilt, "every role is built: drop this test"
+    assert main([unbuilt[0].name]) == EXIT_NOT_BUILT
+    err = capsys.readouterr().err
+    assert "not built yet" in err and f"issue {unbuilt[0].issue}" in err
+
+
+def test_bad_config_fails_at_start_naming_the_field():
+    out = run("actor", "actor.margin_ticks=-2")
+    assert out.returncode == EXIT_USAGE
+    assert "actor.margin_ticks" in out.stderr
+
+
+def test_unknown_role_suggests_the_closest(capsys):
+    assert main(["lerner"]) == EXIT_USAGE
+    assert "did you mean 'learner'" in capsys.readouterr().err
+
+
+def test_role_help_documents_config_fields(capsys):
+    assert main(["actor", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "strategy" in out and "Execution strategy" in out and "latency.median_s" in out
+
+
+def test_config_role_prints_the_composed_config(capsys):
+    assert main(["config", "actor.strategy=sync"]) == 0
+    assert "strategy: sync" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["codec"])
+def test_bench_quick_ends_with_one_json_line(name):
+    out = run("bench", name, "--quick")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["bench"] == name
+    assert result["image_mb_per_s"] > 0 and result["state_mb_per_s"] > 0 and result["ratio_vs_copy"] > 0
+
+
+def test_bench_unknown_name_is_a_usage_error():
+    out = run("bench", "nope")
+    assert out.returncode == 2 and "invalid choice" in out.stderr

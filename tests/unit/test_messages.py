@@ -1,0 +1,156 @@
+"""Typed messages: transition batches and weight updates survive the wire exactly, or are refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from robotrl.bench.codec import make_transitions
+from robotrl.core.batch import TransitionBatch
+from robotrl.core.types import WeightUpdate
+from robotrl.wire.codec import Message, WireError, decode, encode
+from robotrl.wire.messages import (
+    message_to_transition_batch,
+    message_to_weight_update,
+    transition_batch_to_message,
+    weight_update_to_message,
+)
+
+
+def over_the_wire(message: Message) -> Message:
+    return decode([bytes(f) for f in encode(message)])
+
+
+@pytest.mark.parametrize("cameras", [(), ("front", "wrist")])
+def test_transitions_survive_the_wire_field_for_field(cameras):
+    sent = make_transitions(10, cameras, np.random.default_rng(1))
+    batch = TransitionBatch.from_transitions(sent)
+    received = message_to_transition_batch(over_the_wire(transition_batch_to_message(batch, seq=42)))
+    got = received.to_transitions()
+    assert len(got) == len(sent)
+    for a, b in zip(sent, got, strict=True):
+        for name in (
+            "actor_id",
+            "episode_id",
+            "tick",
+            "reward",
+            "terminated",
+            "truncated",
+            "intervention",
+            "chunk_id",
+            "index_in_chunk",
+            "policy_version",
+            "delay_ticks",
+            "obs_time",
+            "action_time",
+        ):
+            assert getattr(a, name) == getattr(b, name), name
+        np.testing.assert_array_equal(a.action, b.action)
+        np.testing.assert_array_equal(a.proposed_action, b.proposed_action)
+        np.testing.assert_array_equal(a.observation.state, b.observation.state)
+        assert a.observation.instruction == b.observation.instruction
+        assert a.observation.timestamp == b.observation.timestamp
+        assert set(a.observation.images) == set(b.observation.images)
+        for cam in cameras:
+            np.testing.assert_array_equal(a.observation.images[cam], b.observation.images[cam])
+        assert (a.next_observation is None) == (b.next_observation is None)
+        if a.next_observation is not None and b.next_observation is not None:
+            assert a.next_observation.tick == b.next_observation.tick
+            np.testing.assert_array_equal(a.next_observation.state, b.next_observation.state)
+
+
+def test_batch_refuses_mixed_actors_and_mismatched_ticks():
+    sent = make_transitions(3, (), np.random.default_rng(0))
+    from dataclasses import replace
+
+    with pytest.raises(ValueError, match="one batch is one actor"):
+        TransitionBatch.from_transitions([sent[0], replace(sent[1], actor_id="other")])
+    with pytest.raises(ValueError, match="observation of tick"):
+        TransitionBatch.from_transitions([replace(sent[0], tick=99)])
+    with pytest.raises(ValueError, match="zero transitions"):
+        TransitionBatch.from_transitions([])
+
+
+def _batch_message(**replace_arrays: np.ndarray) -> Message:
+    batch = TransitionBatch.from_transitions(make_transitions(4, ("front",), np.random.default_rng(2)))
+    msg = transition_batch_to_message(batch, seq=0)
+    arrays = dict(msg.arrays)
+    for name, value in replace_arrays.items():
+        if value is None:
+            del arrays[name]
+        else:
+            arrays[name] = value
+    return over_the_wire(Message(msg.kind, msg.sender, msg.seq, arrays, msg.meta))
+
+
+def _reason(message: Message) -> str:
+    with pytest.raises(WireError) as info:
+        message_to_transition_batch(message)
+    return info.value.reason
+
+
+def test_transition_message_with_missing_or_extra_array_is_refused():
+    assert _reason(_batch_message(reward=None)) == "schema"
+    assert _reason(_batch_message(surprise=np.zeros(4))) == "schema"
+
+
+def test_transition_message_with_wrong_dtype_or_rows_is_refused():
+    assert _reason(_batch_message(reward=np.zeros(4, np.float64))) == "schema"
+    assert _reason(_batch_message(reward=np.zeros(5, np.float32))) == "schema"
+    assert _reason(_batch_message(**{"img/front": np.zeros((4, 8, 8, 3), np.float32)})) == "schema"
+    assert _reason(_batch_message(instruction_index=np.full(4, 9, np.int32))) == "schema"
+    assert _reason(_batch_message(next_rows=np.array([7], np.int64))) == "schema"
+
+
+def test_transition_message_with_nan_state_or_action_is_refused():
+    state = np.zeros((4, 224), np.float32)
+    state[2, 5] = np.nan
+    assert _reason(_batch_message(state=state)) == "non_finite"
+    assert _reason(_batch_message(action=np.full((4, 6), np.inf, np.float32))) == "non_finite"
+
+
+def test_wrong_kind_is_refused():
+    assert _reason(over_the_wire(Message("weights", "x", 0))) == "schema"
+
+
+def test_weight_update_survives_the_wire_and_keeps_its_version():
+    tensors = {"head.w": np.arange(12, dtype=np.float32).reshape(3, 4), "head.b": np.zeros(3, np.float16)}
+    update = WeightUpdate.build(17, tensors, subset="trainable", created_time=1.5)
+    got = message_to_weight_update(over_the_wire(weight_update_to_message(update, "learner")))
+    assert (got.version, got.subset, got.digest, got.created_time) == (17, "trainable", update.digest, 1.5)
+    for name, t in tensors.items():
+        np.testing.assert_array_equal(got.tensors[name], t)
+
+
+def _weights_reason(message: Message) -> str:
+    with pytest.raises(WireError) as info:
+        message_to_weight_update(message)
+    return info.value.reason
+
+
+def test_corrupted_weight_update_is_refused_by_digest():
+    update = WeightUpdate.build(3, {"w": np.ones(8, np.float32)})
+    msg = weight_update_to_message(update, "learner")
+    frames = [bytes(f) for f in encode(msg)]
+    corrupted = bytearray(frames[1])
+    corrupted[0] ^= 0xFF
+    assert _weights_reason(decode([frames[0], bytes(corrupted)])) == "digest"
+
+
+def test_reshaped_weights_with_same_bytes_do_not_match_the_digest():
+    update = WeightUpdate.build(3, {"w": np.ones((2, 4), np.float32)})
+    msg = weight_update_to_message(update, "learner")
+    reshaped = Message(msg.kind, msg.sender, msg.seq, {"w": np.ones((4, 2), np.float32)}, msg.meta)
+    assert _weights_reason(over_the_wire(reshaped)) == "digest"
+
+
+def test_non_finite_weights_are_refused():
+    update = WeightUpdate.build(3, {"w": np.array([1.0, np.nan], np.float32)})
+    assert _weights_reason(over_the_wire(weight_update_to_message(update, "learner"))) == "non_finite"
+
+
+def test_weight_meta_must_be_well_formed():
+    update = WeightUpdate.build(3, {"w": np.ones(2, np.float32)})
+    msg = weight_update_to_message(update, "learner")
+    bad = Message(msg.kind, msg.sender, msg.seq, msg.arrays, {**msg.meta, "subset": "some"})
+    assert _weights_reason(over_the_wire(bad)) == "schema"
