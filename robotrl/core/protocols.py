@@ -72,7 +72,16 @@ class ChunkPolicy(Protocol):
         ...
 
     def per_sample_loss(self, batch: Mapping[str, Any]) -> Any:
-        """Supervised loss per sample (a 1-D tensor), so a learner can weight samples."""
+        """Supervised loss per sample: a (B,) tensor, so a learner can weight samples.
+
+        ``batch`` holds torch tensors on the policy's device, keyed as in
+        :mod:`robotrl.core.types`: ``STATE_KEY`` (B, S) float32, ``IMAGE_KEY_PREFIX``
+        + camera (B, H, W, 3) uint8, ``TASK_KEY`` a list of B strings, ``ACTION_KEY``
+        (B, H, A) the executed chunk, ``PREFIX_LEN_KEY`` (B,) int64 and
+        ``ACTION_MASK_KEY`` (B, H) bool. Rows before the prefix length are given to
+        the policy as its committed prefix and excluded from the loss, as are
+        masked rows.
+        """
         ...
 
     def trainable_tensors(self) -> Mapping[str, npt.NDArray[np.generic]]:
