@@ -17,7 +17,15 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from robotrl.core.types import EnvSpec, FloatArray, Observation, Transition
+from robotrl.core.types import (
+    EnvSpec,
+    FloatArray,
+    InferenceReply,
+    InferenceRequest,
+    Observation,
+    Transition,
+    WeightUpdate,
+)
 
 T_co = TypeVar("T_co", covariant=True)
 T_contra = TypeVar("T_contra", contravariant=True)
@@ -100,6 +108,42 @@ class LatencyModel(Protocol):
     def sample_seconds(self, rng: np.random.Generator) -> float:
         """Draw the duration of one inference, in seconds, from ``rng`` only."""
         ...
+
+
+@runtime_checkable
+class InferenceBackend(Protocol):
+    """Where the policy runs for the actor: in this process, or in a worker process.
+
+    ``submit`` never waits for the inference in a worker backend; the control loop
+    collects the reply with ``poll`` (never blocks) or, in virtual time, ``wait``.
+    """
+
+    def submit(self, request: InferenceRequest) -> None: ...
+
+    def poll(self) -> InferenceReply | None:
+        """A finished reply, or None at once."""
+        ...
+
+    def wait(self, timeout_s: float) -> InferenceReply | None:
+        """The next reply, waiting at most ``timeout_s``."""
+        ...
+
+    def failure(self) -> str | None:
+        """Why the backend can no longer serve (crashed, error budget spent), or None."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class WeightSource(Protocol):
+    """Where an inference backend finds new weights; polled between inferences."""
+
+    def latest(self) -> WeightUpdate | None:
+        """The newest complete, verified update not yet returned, or None at once."""
+        ...
+
+    def close(self) -> None: ...
 
 
 @runtime_checkable

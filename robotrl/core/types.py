@@ -187,6 +187,35 @@ class Transition:
         return self.terminated or self.truncated
 
 
+@dataclass(frozen=True, slots=True)
+class InferenceRequest:
+    """Ask for one chunk from ``observation``; ``prefix`` holds the ``delay`` committed actions.
+
+    ``epoch`` is the episode epoch the answer belongs to; ``seed`` makes the policy's
+    sampling reproducible (virtual-time runs are bit-identical for a seed).
+    """
+
+    request_id: int
+    epoch: int
+    observation: Observation
+    prefix: FloatArray | None
+    delay: int
+    seed: int
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceReply:
+    """The answer to one :class:`InferenceRequest`: a chunk, or the error that prevented it."""
+
+    request_id: int
+    epoch: int
+    obs_tick: int
+    actions: FloatArray | None
+    policy_version: int
+    infer_s: float
+    error: str | None = None
+
+
 def weights_digest(tensors: Mapping[str, npt.NDArray[np.generic]]) -> str:
     """SHA-256 over names, dtypes, shapes and bytes, in name order.
 

@@ -1,0 +1,262 @@
+"""The control loop: observe, take this tick's chunk news, maybe ask for the next chunk,
+pop this tick's action, safety-filter it, act, record. Nothing else runs in a tick.
+
+Ticks are scheduled by absolute deadlines (``t0 + k * dt``), never by sleeping ``dt``
+after the work, so a late tick does not push every later one back. A missed deadline is
+a command sent after its period ended, or a whole period lost to a stall; after a stall
+the schedule is re-anchored instead of bursting commands to catch up. The tick is the
+environment's step count. Wall-clock and virtual time run this same code: only the
+clock and the scheduler differ.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from robotrl.actor.latency import DelayEstimator
+from robotrl.actor.queue import ActionQueue, ChunkRefusedError
+from robotrl.actor.recorder import TransitionRecorder
+from robotrl.actor.safety import ActionClipper
+from robotrl.actor.timing import Arrival, InferenceFailedError, VirtualTimeScheduler, WallClockScheduler
+from robotrl.config.schema import Strategy
+from robotrl.core.clock import Clock
+from robotrl.core.protocols import RobotEnv
+from robotrl.core.types import ActionChunk, FloatArray, InferenceRequest, Observation
+
+log = logging.getLogger(__name__)
+
+Scheduler = WallClockScheduler | VirtualTimeScheduler
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    strategy: Strategy
+    margin_ticks: int = 1
+    """Ask for the next chunk when planned actions left <= expected delay + margin."""
+    max_prefix: int = 12
+    """Longest committed prefix given to the policy (the delays it was trained with)."""
+    max_inference_errors: int = 3
+    """Consecutive failed inferences before the loop stops and reports."""
+    first_chunk_timeout_s: float = 60.0
+    """How long the robot may wait for the first chunk of an episode (warm-up included)."""
+    seed: int = 0
+    """Base of the per-request seeds of the policy's sampling."""
+
+
+@dataclass
+class EpisodeResult:
+    """What one episode did; every count is exact, nothing is estimated."""
+
+    episode_id: int
+    seed: int
+    ticks: int = 0
+    success: bool = False
+    success_tick: int | None = None
+    total_reward: float = 0.0
+    starved_ticks: int = 0
+    missed_deadlines: int = 0
+    chunks_merged: int = 0
+    chunks_refused: Counter[str] = field(default_factory=Counter)
+    inference_errors: int = 0
+    prefix_overruns: int = 0
+    delays: list[int] = field(default_factory=list)
+    policy_versions: list[int] = field(default_factory=list)
+    clamped_ticks: int = 0
+    jerk_rms: float = 0.0
+    lateness_ms: list[float] = field(default_factory=list)
+    failure: str | None = None
+
+
+def jerk_rms(actions: FloatArray, dt: float) -> float:
+    """Root mean square of the third time-derivative of the executed actions."""
+    if len(actions) < 4:
+        return 0.0
+    jerk = np.diff(actions.astype(np.float64), n=3, axis=0) / dt**3
+    return float(np.sqrt(np.mean(jerk**2)))
+
+
+class ControlLoop:
+    """Runs episodes of one environment with chunks from one scheduler."""
+
+    def __init__(
+        self,
+        env: RobotEnv,
+        scheduler: Scheduler,
+        queue: ActionQueue,
+        estimator: DelayEstimator,
+        clock: Clock,
+        recorder: TransitionRecorder,
+        settings: LoopSettings,
+    ) -> None:
+        self.env = env
+        self.spec = env.spec
+        self.scheduler = scheduler
+        self.queue = queue
+        self.estimator = estimator
+        self.clock = clock
+        self.recorder = recorder
+        self.settings = settings
+        self.safety = ActionClipper(env.spec)
+        self._next_request_id = 0
+        self._consecutive_errors = 0
+
+    # -- chunks -------------------------------------------------------------------
+
+    def _request(self, obs: Observation, episode_id: int) -> None:
+        """Ask for a chunk from ``obs``; under ``prefix`` hand over the committed actions."""
+        prefix, delay = None, 0
+        if self.settings.strategy is Strategy.prefix:
+            delay = min(self.estimator.expected(), self.queue.remaining(obs.tick), self.settings.max_prefix)
+            prefix = self.queue.committed(obs.tick, delay) if delay else None
+        rid = self._next_request_id
+        self._next_request_id += 1
+        seed = hash((self.settings.seed, episode_id, rid)) & 0x7FFF_FFFF
+        request = InferenceRequest(rid, self.queue.epoch, obs, prefix, delay, seed)
+        self.scheduler.request(request, obs.tick)
+        self._pending_prefix = delay
+
+    def _accept(self, arrival: Arrival, result: EpisodeResult) -> None:
+        """Merge an arrived chunk, or count why it was refused or failed."""
+        reply = arrival.reply
+        if reply.error is not None or reply.actions is None:
+            self._consecutive_errors += 1
+            result.inference_errors += 1
+            log.warning("inference %d failed: %s", reply.request_id, reply.error)
+            return
+        self._consecutive_errors = 0
+        delay = arrival.ready_tick - reply.obs_tick
+        sync = self.settings.strategy is Strategy.sync
+        try:
+            chunk = ActionChunk(
+                chunk_id=reply.request_id,
+                actions=reply.actions,
+                obs_tick=reply.obs_tick,
+                ready_tick=arrival.ready_tick,
+                start_tick=arrival.ready_tick if sync else reply.obs_tick,
+                policy_version=reply.policy_version,
+                epoch=reply.epoch,
+                prefix_len=min(self._pending_prefix, len(reply.actions)) if reply.actions.ndim == 2 else 0,
+            )
+            self.queue.merge(chunk, arrival.ready_tick)
+        except ChunkRefusedError as exc:
+            result.chunks_refused[exc.reason] += 1
+            log.warning("chunk %d refused: %s", reply.request_id, exc)
+            return
+        except ValueError as exc:
+            result.chunks_refused["malformed"] += 1
+            log.warning("chunk %d refused: %s", reply.request_id, exc)
+            return
+        if reply.epoch == self.queue.epoch:
+            self.estimator.record(delay)
+        result.chunks_merged += 1
+        result.delays.append(delay)
+        result.policy_versions.append(reply.policy_version)
+        if self.settings.strategy is Strategy.prefix and delay > self._pending_prefix:
+            result.prefix_overruns += 1  # ran past the committed prefix: a small seam at the switch
+
+    def _wants_chunk(self, tick: int) -> bool:
+        if self.scheduler.in_flight:
+            return False
+        left = self.queue.remaining(tick)
+        if self.settings.strategy is Strategy.sync:
+            return left == 0
+        return left <= self.estimator.expected() + self.settings.margin_ticks
+
+    def _failure(self) -> str | None:
+        if self._consecutive_errors >= self.settings.max_inference_errors:
+            return f"{self._consecutive_errors} consecutive inference errors"
+        return self.scheduler.failure()
+
+    # -- episodes -----------------------------------------------------------------
+
+    def run_episode(self, episode_id: int, seed: int) -> EpisodeResult:
+        """One episode from reset to termination, truncation or a failure (the arm then holds)."""
+        result = EpisodeResult(episode_id, seed)
+        spec = self.spec
+        executed = np.zeros((spec.max_episode_ticks + 1, spec.action_dim), np.float32)
+        lateness = np.zeros(spec.max_episode_ticks + 1, np.float64)
+        self.queue.reset()
+        self._consecutive_errors = 0
+        self._pending_prefix = 0
+        clamped_before = self.safety.clamped_ticks
+
+        obs = self.env.reset(seed=seed)
+        hold: FloatArray = np.array(obs.state[: spec.action_dim], dtype=np.float32)
+        try:
+            self._request(obs, episode_id)
+            arrival, waited = self.scheduler.await_first(obs.tick, self.settings.first_chunk_timeout_s)
+            self.estimator.record(waited)
+            self._accept(arrival, result)
+        except InferenceFailedError as exc:
+            result.failure = str(exc)
+            return result
+
+        gc.collect()
+        gc.freeze()  # full collections stay cheap: they skip everything alive at start-up
+        dt = spec.dt
+        t0 = self.clock.now()
+        k = 0  # control ticks since the first chunk arrived
+        tick = obs.tick
+        while True:
+            deadline = t0 + k * dt
+            self.clock.sleep_until(deadline)
+            now = self.clock.now()
+            late = now - deadline
+            if late >= dt:  # whole periods lost (a stall): count them, re-anchor, never burst
+                lost = int(late // dt)
+                result.missed_deadlines += lost
+                t0 += lost * dt
+                deadline += lost * dt
+                late = now - deadline
+
+            try:
+                news = self.scheduler.arrived(tick)
+            except InferenceFailedError as exc:
+                result.failure, news = str(exc), None
+            if news is not None:
+                self._accept(news, result)
+            result.failure = result.failure or self._failure()
+            if result.failure is not None:
+                log.error("actor stops, arm holds: %s", result.failure)
+                self.env.step(hold)
+                break
+            if self._wants_chunk(tick):
+                self._request(obs, episode_id)
+
+            planned = self.queue.pop(tick)
+            if planned is None:
+                result.starved_ticks += 1
+                action = hold
+            else:
+                action = self.safety(planned.action)
+            action_time = self.clock.now()
+            step = self.env.step(action)
+            self.recorder.record(episode_id, obs, action, planned, step, now, action_time)
+
+            i = min(result.ticks, spec.max_episode_ticks)
+            executed[i] = action
+            lateness[i] = late
+            result.ticks += 1
+            result.total_reward += float(step.reward)
+            if step.info.get("is_success") and result.success_tick is None:
+                result.success, result.success_tick = True, result.ticks
+            hold = action
+            if self.clock.now() > deadline + dt:
+                result.missed_deadlines += 1  # the command went out after its period ended
+            if step.terminated or step.truncated:
+                break
+            obs = step.observation
+            tick = obs.tick
+            k += 1
+
+        self.recorder.flush()
+        gc.unfreeze()
+        result.clamped_ticks = self.safety.clamped_ticks - clamped_before
+        result.jerk_rms = jerk_rms(executed[: result.ticks], dt)
+        result.lateness_ms = (lateness[: result.ticks] * 1e3).tolist()
+        return result

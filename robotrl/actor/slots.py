@@ -1,0 +1,89 @@
+"""Two weight slots: new weights load into the spare policy and go live between inferences.
+
+Loading 50M parameters takes tens of milliseconds; doing it in the active policy would
+either stall inference or tear it (half old, half new weights). Here an update is
+checked against the policy's tensor layout (names, shapes, dtypes), copied into the
+spare, and the two slots swap only when :meth:`PolicySlots.swap_if_staged` is called
+between two inferences. Every chunk is then produced by exactly one version.
+
+Digest and finiteness are the weight source's job (a ``WeightSource`` yields only
+verified updates), so they are not paid for twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+
+from robotrl.core.protocols import ChunkPolicy
+from robotrl.core.types import WeightUpdate
+
+log = logging.getLogger(__name__)
+
+
+class PolicySlots:
+    """An active and a spare copy of one policy, and the version each holds."""
+
+    def __init__(self, active: ChunkPolicy, spare: ChunkPolicy, version: int = 0) -> None:
+        self._active, self._spare = active, spare
+        self._active_version = version
+        self._staged_version: int | None = None
+        self._lock = threading.Lock()
+        self.refused: Counter[str] = Counter()
+        self.swaps = 0
+
+    @property
+    def active(self) -> ChunkPolicy:
+        return self._active
+
+    @property
+    def version(self) -> int:
+        return self._active_version
+
+    def _layout_problem(self, update: WeightUpdate) -> str | None:
+        expected = self._spare.trainable_tensors()
+        for name, tensor in update.tensors.items():
+            if name not in expected:
+                if update.subset == "trainable":
+                    return f"unknown tensor {name!r}"
+                continue
+            want = expected[name]
+            if tensor.shape != want.shape:
+                return f"tensor {name!r} has shape {tensor.shape}, policy has {want.shape}"
+            if tensor.dtype != want.dtype:
+                return f"tensor {name!r} has dtype {tensor.dtype}, policy has {want.dtype}"
+        if update.subset == "trainable" and set(update.tensors) != set(expected):
+            return f"trainable update misses {sorted(set(expected) - set(update.tensors))[:3]}"
+        return None
+
+    def stage(self, update: WeightUpdate) -> bool:
+        """Load ``update`` into the spare slot; False (old weights kept, reason counted) if refused."""
+        with self._lock:
+            newest = max(self._active_version, self._staged_version or -1)
+            if update.version <= newest:
+                self.refused["stale_version"] += 1
+                return False
+            problem = self._layout_problem(update)
+            if problem is not None:
+                self.refused["layout"] += 1
+                log.warning("weights v%d refused: %s", update.version, problem)
+                return False
+            try:
+                self._spare.load_weights(update.tensors)
+            except (ValueError, KeyError, RuntimeError, TypeError) as exc:
+                self.refused["load_error"] += 1
+                log.warning("weights v%d refused by the policy: %s", update.version, exc)
+                return False
+            self._staged_version = update.version
+            return True
+
+    def swap_if_staged(self) -> bool:
+        """Between two inferences: make the staged weights active. True if a swap happened."""
+        with self._lock:
+            if self._staged_version is None:
+                return False
+            self._active, self._spare = self._spare, self._active
+            self._active_version, self._staged_version = self._staged_version, None
+            self.swaps += 1
+            return True

@@ -1,0 +1,160 @@
+"""The control loop in virtual time, with the policy in this process (the serial runner)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from doubles import ConstantLatency, LineEnv, ListLatency, LognormalLatency, TickPolicy
+
+from robotrl.actor.inference import InProcessInference
+from robotrl.actor.main import build_loop
+from robotrl.actor.slots import PolicySlots
+from robotrl.config.schema import ActorConfig, Strategy
+from robotrl.core.types import Transition, WeightUpdate
+
+H = 8
+
+
+def make(
+    strategy: Strategy,
+    latency,
+    policy: TickPolicy | None = None,
+    spare: TickPolicy | None = None,
+    env: LineEnv | None = None,
+    sink=None,
+    weights=None,
+    **cfg_kw,
+):
+    env = env or LineEnv(max_ticks=40)
+    policy = policy or TickPolicy(horizon=H)
+    slots = PolicySlots(policy, spare or TickPolicy(horizon=H))
+    cfg = ActorConfig(strategy=strategy, virtual_time=True, **cfg_kw)
+    loop = build_loop(env, InProcessInference(slots, weights), cfg, H, latency, sink=sink, max_prefix=H - 1)
+    return loop, env, policy
+
+
+def test_measured_delay_equals_the_ticks_consumed():
+    transitions: list[Transition] = []
+    loop, _env, _ = make(
+        Strategy.naive_async, ConstantLatency(0.1), sink=transitions.extend
+    )  # 3 ticks at 30 Hz
+    result = loop.run_episode(0, seed=0)
+    assert result.delays[0] == 0  # the first chunk: the robot waited, no tick was consumed
+    assert set(result.delays[1:]) == {3}
+    from_later_chunks = [t for t in transitions if t.chunk_id > 0]
+    assert from_later_chunks and {t.delay_ticks for t in from_later_chunks} == {3}
+
+
+def test_naive_async_executes_each_tick_from_the_newest_chunk_without_starving():
+    loop, env, _ = make(Strategy.naive_async, ConstantLatency(0.1))
+    result = loop.run_episode(0, seed=0)
+    assert result.ticks == 40 and result.starved_ticks == 0
+    # TickPolicy: the row for tick t of any chunk started at its obs tick is t.
+    assert [float(a[0]) for a in env.executed] == [float(t) for t in range(40)]
+
+
+def test_prefix_strategy_hands_over_exactly_the_committed_actions():
+    policy = TickPolicy(horizon=H, noise=0.5)  # noisy chunks: a prefix mismatch would show
+    loop, _env, _ = make(Strategy.prefix, ConstantLatency(0.1), policy=policy)
+    result = loop.run_episode(0, seed=3)
+    assert result.starved_ticks == 0 and result.prefix_overruns == 0
+    given = [p for p in policy.prefixes if p is not None]
+    assert given and all(len(p) == 3 for p in given)  # the expected delay, measured: 3 ticks
+
+
+def test_sync_holds_the_robot_while_each_chunk_is_computed():
+    loop, env, _ = make(Strategy.sync, ConstantLatency(0.1))
+    result = loop.run_episode(0, seed=0)
+    # Ticks 0-7 run the first chunk; each later chunk is asked for when the plan is empty
+    # (ticks 8, 19, 30) and arrives 3 ticks later, while the robot holds.
+    assert result.chunks_merged == 4
+    assert result.starved_ticks == 9
+    held = [t for t in range(1, 40) if np.array_equal(env.executed[t], env.executed[t - 1])]
+    assert held == [8, 9, 10, 19, 20, 21, 30, 31, 32]
+
+
+def test_virtual_time_runs_are_bit_identical_for_a_seed():
+    def run() -> tuple[list[float], list[int]]:
+        loop, env, _ = make(
+            Strategy.prefix, LognormalLatency(0.15, 0.5), policy=TickPolicy(horizon=H, noise=1.0)
+        )
+        result = loop.run_episode(0, seed=11)
+        return [float(x) for a in env.executed for x in a], result.delays
+
+    assert run() == run()
+
+
+def test_latency_longer_than_the_plan_starves_and_counts_it():
+    loop, env, _ = make(Strategy.naive_async, ListLatency([0.0, 0.5]))  # 15 ticks > H=8
+    result = loop.run_episode(0, seed=0)
+    assert result.starved_ticks > 0
+    held = [a for a in env.executed[H : H + 3]]
+    assert all(np.array_equal(held[0], h) for h in held)  # starved ticks hold the last command
+
+
+def test_nan_and_wrong_shaped_chunks_never_reach_the_arm():
+    policy = TickPolicy(horizon=H, nan_calls=[2], bad_shape_calls=[4])
+    loop, env, _ = make(Strategy.naive_async, ConstantLatency(0.1), policy=policy)
+    result = loop.run_episode(0, seed=0)
+    assert result.chunks_refused == {"non_finite": 1, "shape": 1}
+    assert all(np.isfinite(a).all() and a.shape == (2,) for a in env.executed)
+
+
+def test_inference_errors_past_the_budget_stop_the_loop_with_the_arm_held():
+    policy = TickPolicy(horizon=H, error_calls=[1, 2, 3, 4])
+    loop, env, _ = make(Strategy.naive_async, ConstantLatency(0.0), policy=policy, max_inference_errors=3)
+    result = loop.run_episode(0, seed=0)
+    assert result.failure is not None and "3 consecutive inference errors" in result.failure
+    assert result.inference_errors == 3
+    assert np.array_equal(env.executed[-1], env.executed[-2])  # the last command repeated: hold
+
+
+def test_nothing_from_an_old_episode_runs_in_a_new_one():
+    # The episode ends (truncation at 10 ticks) while a slow inference is in flight.
+    env = LineEnv(max_ticks=10)
+    loop, env, _ = make(Strategy.naive_async, ListLatency([0.0, 0.3, 0.0, 0.0]), env=env)
+    loop.run_episode(0, seed=1)
+    loop.run_episode(1, seed=2)
+    markers = {int(a[0] // 1000) for a in env.executed}
+    assert markers == {2}  # every action of episode 1 came from its own observations
+
+
+def test_weights_swap_between_inferences_and_stamp_the_version():
+    class Updates:
+        def __init__(self) -> None:
+            self.pending = [WeightUpdate.build(5, {"bias": np.array([0.25], np.float32)}, subset="trainable")]
+
+        def latest(self):
+            return self.pending.pop() if self.pending else None
+
+        def close(self) -> None:
+            pass
+
+    transitions: list[Transition] = []
+    loop, _env, _ = make(
+        Strategy.naive_async, ConstantLatency(0.1), sink=transitions.extend, weights=Updates()
+    )
+    loop.run_episode(0, seed=0)
+    versions = [t.policy_version for t in transitions]
+    assert versions[0] == 5  # installed before the first inference
+    assert all(float(t.action[0]) % 1 == 0.25 for t in transitions)
+
+
+def test_transitions_carry_every_stamp():
+    transitions: list[Transition] = []
+    loop, _env, _ = make(Strategy.naive_async, ConstantLatency(0.1), sink=transitions.extend, actor_id="a-9")
+    loop.run_episode(7, seed=0)
+    assert [t.tick for t in transitions] == list(range(40))
+    assert {t.actor_id for t in transitions} == {"a-9"} and {t.episode_id for t in transitions} == {7}
+    last = transitions[-1]
+    assert last.truncated and last.next_observation is not None and last.next_observation.tick == 40
+    assert all(t.next_observation is None for t in transitions[:-1])
+    assert all(0 <= t.index_in_chunk < H for t in transitions)
+    assert all(t.action_time >= t.obs_time for t in transitions)
+
+
+@pytest.mark.parametrize("strategy", list(Strategy))
+def test_every_strategy_finishes_an_episode(strategy):
+    loop, _env, _ = make(strategy, LognormalLatency(0.15, 0.3))
+    result = loop.run_episode(0, seed=4)
+    assert result.ticks == 40 and result.failure is None
