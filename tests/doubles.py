@@ -11,6 +11,9 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -80,6 +83,9 @@ class TickPolicy:
         nan_calls: Sequence[int] = (),
         bad_shape_calls: Sequence[int] = (),
         error_calls: Sequence[int] = (),
+        crash_calls: Sequence[int] = (),
+        hang_calls: Sequence[int] = (),
+        infer_s: float = 0.0,
     ) -> None:
         self._horizon = horizon
         self._action_dim = action_dim
@@ -88,6 +94,8 @@ class TickPolicy:
         self.calls = 0
         self.prefixes: list[FloatArray | None] = []
         self._nan, self._bad, self._err = set(nan_calls), set(bad_shape_calls), set(error_calls)
+        self._crash, self._hang = set(crash_calls), set(hang_calls)
+        self.infer_s = infer_s
 
     @property
     def horizon(self) -> int:
@@ -103,6 +111,12 @@ class TickPolicy:
         self.prefixes.append(None if prefix is None else prefix.copy())
         if call in self._err:
             raise RuntimeError(f"policy failure on call {call}")
+        if call in self._crash:
+            os._exit(3)  # a segfaulting extension, as the actor sees it
+        if call in self._hang:
+            threading.Event().wait(600)  # a deadlocked inference
+        if self.infer_s:
+            time.sleep(self.infer_s)  # inference time, as a real policy spends it
         marker = float(observation.state[-1])
         rows = np.arange(self._horizon, dtype=np.float32)[:, None] + observation.tick + marker * 1000
         chunk = np.repeat(rows, self._action_dim, axis=1) + self.bias[0]

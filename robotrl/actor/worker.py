@@ -1,0 +1,300 @@
+"""The inference worker: a separate process that owns the policy, for wall-clock mode.
+
+The control loop must not share a GIL (or a garbage collector) with torch, so the
+policy lives here. Observations arrive and chunks leave over a ZeroMQ PAIR socket on
+an ipc:// endpoint, in the wire codec's frames (no pickle); the loop's side never
+blocks. The worker holds two weight slots: a loader thread stages new weights into the
+spare while the active one infers, and the slots swap between two inferences.
+
+The worker is started as ``python -m robotrl.actor.worker --endpoint E --spec JSON``;
+the spec names the policy factory (``module:function`` plus JSON keyword arguments)
+and, optionally, a weight-source factory. It exits when told, when its parent dies, or
+when the socket goes silent past its deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import importlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import zmq
+
+from robotrl.actor.inference import run_inference
+from robotrl.actor.slots import PolicySlots
+from robotrl.actor.timing import InferenceFailedError
+from robotrl.core.protocols import ChunkPolicy, WeightSource
+from robotrl.core.types import InferenceReply, InferenceRequest, Observation
+from robotrl.wire.codec import Message, WireError, decode, encode
+
+log = logging.getLogger(__name__)
+
+INFER, CHUNK, READY, STOP = "infer", "chunk", "ready", "stop"
+_IMG = "img/"
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What the worker builds; plain JSON so the process starts without pickle."""
+
+    policy_factory: str
+    """'module:function' returning a ChunkPolicy; called twice (active and spare slot)."""
+    policy_kwargs: dict[str, Any] = field(default_factory=dict)
+    weights_factory: str | None = None
+    """'module:function' returning a WeightSource polled by the loader thread; None: fixed weights."""
+    weights_kwargs: dict[str, Any] = field(default_factory=dict)
+    initial_version: int = 0
+    torch_threads: int | None = None
+    """torch intra-op threads in the worker; None leaves torch's default."""
+    pythonpath: list[str] = field(default_factory=list)
+    """Extra import paths for the factories (tests put their doubles here)."""
+
+
+def _import(entry: str) -> Callable[..., Any]:
+    module, _, name = entry.partition(":")
+    fn: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    return fn
+
+
+# -- messages ----------------------------------------------------------------------------
+
+
+def request_to_message(request: InferenceRequest) -> Message:
+    obs = request.observation
+    arrays = {"state": obs.state, **{_IMG + c: img for c, img in obs.images.items()}}
+    if request.prefix is not None:
+        arrays["prefix"] = request.prefix
+    meta = {
+        "epoch": request.epoch,
+        "tick": obs.tick,
+        "delay": request.delay,
+        "seed": request.seed,
+        "instruction": obs.instruction,
+        "timestamp": obs.timestamp,
+    }
+    return Message(INFER, "actor", request.request_id, arrays, meta)
+
+
+def message_to_request(msg: Message) -> InferenceRequest:
+    m = msg.meta
+    images = {n[len(_IMG) :]: a for n, a in msg.arrays.items() if n.startswith(_IMG)}
+    obs = Observation(
+        int(m["tick"]), msg.arrays["state"], images, str(m["instruction"]), float(m["timestamp"])
+    )
+    return InferenceRequest(
+        msg.seq, int(m["epoch"]), obs, msg.arrays.get("prefix"), int(m["delay"]), int(m["seed"])
+    )
+
+
+def reply_to_message(reply: InferenceReply) -> Message:
+    arrays = {} if reply.actions is None else {"actions": reply.actions}
+    meta = {
+        "epoch": reply.epoch,
+        "obs_tick": reply.obs_tick,
+        "policy_version": reply.policy_version,
+        "infer_s": reply.infer_s,
+        "error": reply.error,
+    }
+    return Message(CHUNK, "worker", reply.request_id, arrays, meta)
+
+
+def message_to_reply(msg: Message) -> InferenceReply:
+    m = msg.meta
+    error = m.get("error")
+    return InferenceReply(
+        request_id=msg.seq,
+        epoch=int(m["epoch"]),
+        obs_tick=int(m["obs_tick"]),
+        actions=msg.arrays.get("actions"),
+        policy_version=int(m["policy_version"]),
+        infer_s=float(m["infer_s"]),
+        error=None if error is None else str(error),
+    )
+
+
+# -- the worker process ------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGTERM this process when its parent dies (no orphaned workers)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _load_weights_forever(slots: PolicySlots, source: WeightSource, stop: threading.Event) -> None:
+    while not stop.wait(0.002):
+        update = source.latest()
+        if update is not None and slots.stage(update):
+            log.info("weights v%d staged", update.version)
+
+
+def serve(endpoint: str, spec: WorkerSpec) -> None:
+    """The worker's main loop: answer inference requests until told to stop."""
+    sys.path[:0] = spec.pythonpath
+    if spec.torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(spec.torch_threads)
+    factory = _import(spec.policy_factory)
+    active: ChunkPolicy = factory(**spec.policy_kwargs)
+    spare: ChunkPolicy = factory(**spec.policy_kwargs)
+    slots = PolicySlots(active, spare, spec.initial_version)
+    stop = threading.Event()
+    source: WeightSource | None = None
+    if spec.weights_factory is not None:
+        source = _import(spec.weights_factory)(**spec.weights_kwargs)
+        threading.Thread(target=_load_weights_forever, args=(slots, source, stop), daemon=True).start()
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PAIR)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    parent = os.getppid()
+    ready = {
+        "horizon": active.horizon,
+        "action_dim": active.action_dim,
+        "version": slots.version,
+        "pid": os.getpid(),
+    }
+    sock.send_multipart(encode(Message(READY, "worker", 0, meta=ready)))
+    try:
+        while os.getppid() == parent:
+            if not sock.poll(200):
+                continue
+            try:
+                msg = decode(sock.recv_multipart(copy=False))
+                request = message_to_request(msg) if msg.kind == INFER else None
+            except (WireError, KeyError, TypeError, ValueError) as exc:
+                log.warning("worker refuses an unreadable message: %s", exc)
+                continue
+            if msg.kind == STOP:
+                break
+            if request is None:
+                log.warning("worker ignores a %r message", msg.kind)
+                continue
+            slots.swap_if_staged()  # between two inferences, never during one
+            reply = run_inference(slots, request)
+            sock.send_multipart(encode(reply_to_message(reply)))
+    finally:
+        stop.set()
+        if source is not None:
+            source.close()
+        sock.close()
+        ctx.term()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m robotrl.actor.worker")
+    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--spec", required=True, help="WorkerSpec as JSON")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="worker %(levelname)s %(message)s")
+    _die_with_parent()
+    serve(args.endpoint, WorkerSpec(**json.loads(args.spec)))
+    return 0
+
+
+# -- the actor's side --------------------------------------------------------------------
+
+
+class ProcessInference:
+    """An ``InferenceBackend`` whose policy runs in a worker process; never blocks on submit or poll."""
+
+    def __init__(self, spec: WorkerSpec, startup_timeout_s: float = 120.0) -> None:
+        self._dir = tempfile.mkdtemp(prefix="robotrl-worker-")
+        endpoint = f"ipc://{self._dir}/infer.sock"
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.PAIR)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.bind(endpoint)
+        cmd = [
+            sys.executable,
+            "-m",
+            "robotrl.actor.worker",
+            "--endpoint",
+            endpoint,
+            "--spec",
+            json.dumps(asdict(spec)),
+        ]
+        self.process = subprocess.Popen(cmd)  # inherits stdout/stderr: its logs sit beside ours
+        self.bad_replies = 0
+        self.info = self._await_ready(startup_timeout_s)
+
+    def _await_ready(self, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.close()
+                raise InferenceFailedError(
+                    f"inference worker exited with code {self.process.returncode} at start"
+                )
+            if self._sock.poll(100):
+                msg = decode(self._sock.recv_multipart())
+                if msg.kind == READY:
+                    return dict(msg.meta)
+        self.close()
+        raise InferenceFailedError(f"inference worker not ready within {timeout_s:.0f} s")
+
+    def submit(self, request: InferenceRequest) -> None:
+        self._sock.send_multipart(encode(request_to_message(request)), flags=zmq.NOBLOCK)
+
+    def poll(self) -> InferenceReply | None:
+        try:
+            frames = self._sock.recv_multipart(flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return None
+        try:
+            return message_to_reply(decode(frames, require_finite=False))
+        except (WireError, KeyError, TypeError, ValueError) as exc:
+            self.bad_replies += 1
+            log.warning("unreadable reply from the inference worker: %s", exc)
+            return None
+
+    def wait(self, timeout_s: float) -> InferenceReply | None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.failure() is not None:
+                return None
+            if self._sock.poll(min(int(left * 1000) + 1, 100)):
+                reply = self.poll()
+                if reply is not None:
+                    return reply
+
+    def failure(self) -> str | None:
+        code = self.process.poll()
+        return None if code is None else f"inference worker exited with code {code}"
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._sock.send_multipart(encode(Message(STOP, "actor", 0)), flags=zmq.NOBLOCK)
+            try:
+                self.process.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        self._sock.close()
+        self._ctx.term()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+"""Wall-clock mode with the policy in a real worker process."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from doubles import LineEnv
+
+from robotrl.actor.main import build_loop
+from robotrl.actor.timing import InferenceFailedError
+from robotrl.actor.worker import ProcessInference, WorkerSpec
+from robotrl.config.schema import ActorConfig, Strategy
+
+TESTS = str(Path(__file__).resolve().parents[1])
+H = 8
+
+
+def worker(**policy_kwargs: object) -> ProcessInference:
+    spec = WorkerSpec("doubles:make_tick_policy", {"horizon": H, **policy_kwargs}, pythonpath=[TESTS])
+    return ProcessInference(spec, startup_timeout_s=60)
+
+
+def wall_loop(backend: ProcessInference, env: LineEnv, timeout_s: float = 5.0):
+    cfg = ActorConfig(strategy=Strategy.naive_async, virtual_time=False)
+    return build_loop(env, backend, cfg, H, latency=None, inference_timeout_s=timeout_s)
+
+
+@pytest.mark.timeout(120)
+def test_wall_clock_episode_with_a_worker_process_keeps_every_tick_fed():
+    backend = worker(infer_s=0.03)  # 30 ms inference: 2 ticks at 50 Hz
+    try:
+        env = LineEnv(max_ticks=50, hz=50.0)
+        result = wall_loop(backend, env).run_episode(0, seed=0)
+    finally:
+        backend.close()
+    assert result.failure is None and result.ticks == 50
+    assert result.chunks_merged >= 50 // H
+    assert min(result.delays[1:]) >= 2  # measured in ticks actually consumed
+    # TickPolicy's row for tick t is t whatever chunk it comes from: nothing skipped or repeated,
+    # unless a tick starved (then the last command is held).
+    values = [float(a[0]) for a in env.executed]
+    assert values[0] == 0.0 and all(b - a in (0.0, 1.0) for a, b in itertools.pairwise(values))
+    assert sum(b == a for a, b in itertools.pairwise(values)) == result.starved_ticks
+
+
+@pytest.mark.timeout(120)
+def test_crashed_worker_is_detected_and_the_arm_holds():
+    backend = worker(crash_calls=[3])
+    try:
+        env = LineEnv(max_ticks=200, hz=50.0)
+        result = wall_loop(backend, env).run_episode(0, seed=0)
+    finally:
+        backend.close()
+    assert result.failure is not None and "exited with code 3" in result.failure
+    assert result.ticks < 200
+    assert np.array_equal(env.executed[-1], env.executed[-2])  # held
+
+
+@pytest.mark.timeout(120)
+def test_hung_worker_misses_its_deadline_and_the_actor_reports_it():
+    backend = worker(hang_calls=[2])
+    try:
+        env = LineEnv(max_ticks=500, hz=50.0)
+        result = wall_loop(backend, env, timeout_s=0.5).run_episode(0, seed=0)
+    finally:
+        backend.close()
+    assert result.failure is not None and "no answer within 0.5 s" in result.failure
+    assert result.ticks < 500
+
+
+@pytest.mark.timeout(120)
+def test_worker_that_cannot_build_its_policy_fails_at_start():
+    spec = WorkerSpec("doubles:no_such_factory", pythonpath=[TESTS])
+    with pytest.raises(InferenceFailedError, match="exited with code"):
+        ProcessInference(spec, startup_timeout_s=60)
