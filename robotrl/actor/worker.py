@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy.typing as npt
 import zmq
 
 from robotrl.actor.inference import run_inference
@@ -75,7 +76,8 @@ def _import(entry: str) -> Callable[..., Any]:
 
 def request_to_message(request: InferenceRequest) -> Message:
     obs = request.observation
-    arrays = {"state": obs.state, **{_IMG + c: img for c, img in obs.images.items()}}
+    arrays: dict[str, npt.NDArray[Any]] = {"state": obs.state}
+    arrays.update({_IMG + c: img for c, img in obs.images.items()})
     if request.prefix is not None:
         arrays["prefix"] = request.prefix
     meta = {
