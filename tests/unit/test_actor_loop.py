@@ -158,3 +158,18 @@ def test_every_strategy_finishes_an_episode(strategy):
     loop, _env, _ = make(strategy, LognormalLatency(0.15, 0.3))
     result = loop.run_episode(0, seed=4)
     assert result.ticks == 40 and result.failure is None
+
+
+def test_summary_reports_success_rate_with_an_interval():
+    from robotrl.actor.report import summarize, wilson_interval
+
+    env = LineEnv(max_ticks=40, goal=20.0)  # TickPolicy reaches 20 at tick 20
+    loop, _, _ = make(Strategy.naive_async, ConstantLatency(0.1), env=env)
+    results = [loop.run_episode(i, seed=0) for i in range(3)]
+    summary = summarize(results, control_hz=30.0, wall_clock=False)
+    assert summary["episodes"] == 3 and summary["success_rate"] == 1.0
+    assert summary["mean_time_to_success_s"] == pytest.approx(21 / 30.0)
+    assert summary["ci95"][1] == 1.0 and 0.3 < summary["ci95"][0] < 0.5
+    assert summary["starved_ticks"] == 0 and summary["mean_delay_ticks"] == 3.0
+    lo, hi = wilson_interval(0, 50)
+    assert lo == 0.0 and 0.0 < hi < 0.1

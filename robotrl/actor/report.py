@@ -1,0 +1,61 @@
+"""Summaries of actor episodes: what `robotrl eval` prints and writes as JSON."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from robotrl.actor.loop import EpisodeResult
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a success rate (sane at 0% and 100%, unlike the normal one)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def summarize(results: Sequence[EpisodeResult], control_hz: float, wall_clock: bool) -> dict[str, Any]:
+    """One flat dict of the headline figures over ``results``."""
+    n = len(results)
+    successes = [r for r in results if r.success]
+    lo, hi = wilson_interval(len(successes), n)
+    delays = [d for r in results for d in r.delays[1:]]  # the first chunk of an episode is waited for
+    lateness = np.array([x for r in results for x in r.lateness_ms]) if wall_clock else np.zeros(0)
+    refused: Counter[str] = Counter()
+    for r in results:
+        refused.update(r.chunks_refused)
+    summary: dict[str, Any] = {
+        "episodes": n,
+        "success_rate": len(successes) / n if n else 0.0,
+        "ci95": [round(lo, 4), round(hi, 4)],
+        "mean_time_to_success_s": (
+            float(np.mean([r.success_tick for r in successes if r.success_tick is not None])) / control_hz
+            if successes
+            else None
+        ),
+        "starved_ticks": sum(r.starved_ticks for r in results),
+        "missed_deadlines": sum(r.missed_deadlines for r in results),
+        "jerk_rms": float(np.mean([r.jerk_rms for r in results])) if n else 0.0,
+        "mean_delay_ticks": float(np.mean(delays)) if delays else None,
+        "p90_delay_ticks": float(np.quantile(delays, 0.9)) if delays else None,
+        "chunks_merged": sum(r.chunks_merged for r in results),
+        "chunks_refused": dict(refused),
+        "inference_errors": sum(r.inference_errors for r in results),
+        "prefix_overruns": sum(r.prefix_overruns for r in results),
+        "clamped_ticks": sum(r.clamped_ticks for r in results),
+        "failures": [r.failure for r in results if r.failure],
+        "ticks": sum(r.ticks for r in results),
+    }
+    if wall_clock and len(lateness):
+        summary["jitter_p50_ms"] = float(np.quantile(lateness, 0.5))
+        summary["jitter_p99_ms"] = float(np.quantile(lateness, 0.99))
+    return summary
