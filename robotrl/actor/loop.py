@@ -25,7 +25,7 @@ from robotrl.actor.safety import ActionClipper
 from robotrl.actor.timing import Arrival, InferenceFailedError, VirtualTimeScheduler, WallClockScheduler
 from robotrl.config.schema import Strategy
 from robotrl.core.clock import Clock
-from robotrl.core.protocols import RobotEnv
+from robotrl.core.protocols import LoopObserver, RobotEnv
 from robotrl.core.types import ActionChunk, FloatArray, InferenceRequest, Observation
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,7 @@ class ControlLoop:
         clock: Clock,
         recorder: TransitionRecorder,
         settings: LoopSettings,
+        observer: LoopObserver | None = None,
     ) -> None:
         self.env = env
         self.spec = env.spec
@@ -101,9 +102,12 @@ class ControlLoop:
         self.clock = clock
         self.recorder = recorder
         self.settings = settings
+        self.observer = observer
         self.safety = ActionClipper(env.spec)
         self._next_request_id = 0
         self._consecutive_errors = 0
+        self._pending_prefix = 0  # committed prefix length of the request in flight
+        self._episode_id = -1
 
     # -- chunks -------------------------------------------------------------------
 
@@ -153,6 +157,8 @@ class ControlLoop:
             return
         if reply.epoch == self.queue.epoch:
             self.estimator.record(delay)
+        if self.observer is not None:
+            self.observer.on_chunk(self._episode_id, chunk)
         result.chunks_merged += 1
         result.delays.append(delay)
         result.policy_versions.append(reply.policy_version)
@@ -177,6 +183,7 @@ class ControlLoop:
     def run_episode(self, episode_id: int, seed: int) -> EpisodeResult:
         """One episode from reset to termination, truncation or a failure (the arm then holds)."""
         result = EpisodeResult(episode_id, seed)
+        self._episode_id = episode_id
         spec = self.spec
         executed = np.zeros((spec.max_episode_ticks + 1, spec.action_dim), np.float32)
         lateness = np.zeros(spec.max_episode_ticks + 1, np.float64)
@@ -237,6 +244,9 @@ class ControlLoop:
             action_time = self.clock.now()
             step = self.env.step(action)
             self.recorder.record(episode_id, obs, action, planned, step, now, action_time)
+            if self.observer is not None:
+                proposed = action if planned is None else planned.action
+                self.observer.on_tick(episode_id, obs, action, proposed, late, planned is None)
 
             i = min(result.ticks, spec.max_episode_ticks)
             executed[i] = action

@@ -16,7 +16,7 @@ from robotrl.actor.recorder import TransitionRecorder, TransitionSink
 from robotrl.actor.timing import VirtualTimeScheduler, WallClockScheduler
 from robotrl.config.schema import ActorConfig
 from robotrl.core.clock import MonotonicClock, VirtualClock
-from robotrl.core.protocols import InferenceBackend, LatencyModel, RobotEnv
+from robotrl.core.protocols import InferenceBackend, LatencyModel, LoopObserver, RobotEnv
 
 
 def build_loop(
@@ -29,6 +29,7 @@ def build_loop(
     batch_transitions: int = 64,
     max_prefix: int = 12,
     inference_timeout_s: float = 10.0,
+    observer: LoopObserver | None = None,
 ) -> ControlLoop:
     """A control loop in virtual time when ``cfg.virtual_time`` (``latency`` required), else wall-clock."""
     spec = env.spec
@@ -54,4 +55,4 @@ def build_loop(
         max_inference_errors=cfg.max_inference_errors,
         seed=cfg.seed,
     )
-    return ControlLoop(env, scheduler, queue, estimator, clock, recorder, settings)
+    return ControlLoop(env, scheduler, queue, estimator, clock, recorder, settings, observer)

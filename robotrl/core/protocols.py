@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from robotrl.core.types import (
+    ActionChunk,
     EnvSpec,
     FloatArray,
     InferenceReply,
@@ -131,6 +132,25 @@ class InferenceBackend(Protocol):
     def failure(self) -> str | None:
         """Why the backend can no longer serve (crashed, error budget spent), or None."""
         ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class LoopObserver(Protocol):
+    """Watches the control loop (visualisation, audits); called inside the tick, so cheap."""
+
+    def on_tick(
+        self,
+        episode_id: int,
+        observation: Observation,
+        executed: FloatArray,
+        proposed: FloatArray,
+        lateness_s: float,
+        starved: bool,
+    ) -> None: ...
+
+    def on_chunk(self, episode_id: int, chunk: ActionChunk) -> None: ...
 
     def close(self) -> None: ...
 

@@ -173,3 +173,17 @@ def test_summary_reports_success_rate_with_an_interval():
     assert summary["starved_ticks"] == 0 and summary["mean_delay_ticks"] == 3.0
     lo, hi = wilson_interval(0, 50)
     assert lo == 0.0 and 0.0 < hi < 0.1
+
+
+def test_rerun_observer_records_ticks_and_chunks(tmp_path):
+    from robotrl.viz.rerun import RerunObserver
+
+    observer = RerunObserver(tmp_path / "run.rrd")
+    env = LineEnv(max_ticks=20)
+    slots = PolicySlots(TickPolicy(horizon=H), TickPolicy(horizon=H))
+    cfg = ActorConfig(strategy=Strategy.prefix, virtual_time=True)
+    loop = build_loop(env, InProcessInference(slots), cfg, H, ConstantLatency(0.1), observer=observer)
+    loop.run_episode(0, seed=0)
+    observer.close()
+    size = (tmp_path / "run.rrd").stat().st_size
+    assert size > 10_000  # 20 ticks of joints and timing plus every chunk's strips

@@ -1,0 +1,1 @@
+"""Visualisation: rerun recordings of what the actor saw, planned and did."""
