@@ -17,7 +17,7 @@ from pathlib import Path
 
 ARM_XML = "so101_new_calib.xml"
 MESH_SUBDIR = "assets"
-TARGET_FACES = 600
+TARGET_FACES = 250
 """Triangles kept per mesh: enough for the silhouette at camera sizes of a few hundred pixels."""
 CLUSTER_M = 0.002
 """Grid (m) on which vertices are merged before decimation."""

@@ -22,6 +22,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 from robotrl.sim import so101
+from robotrl.sim.render import make_renderer
 from robotrl.sim.scene import CUBE_HALF, EE_SITE, ZONE_RADIUS, SceneOptions, build_model, substeps_for
 
 from robotrl.core.types import FloatArray
@@ -276,7 +277,7 @@ class SO101Env(gym.Env[dict[str, np.ndarray], np.ndarray]):
     def render_camera(self, camera: str) -> np.ndarray:
         """An (image_size, image_size, 3) uint8 frame from ``camera``; shadows and reflections off."""
         if self._renderer is None:
-            self._renderer = mujoco.Renderer(self.model, self.image_size, self.image_size)
+            self._renderer = make_renderer(self.model, self.image_size)
             flags = self._renderer.scene.flags
             flags[mujoco.mjtRndFlag.mjRND_SHADOW] = False
             flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = False

@@ -12,6 +12,7 @@ import ctypes.util
 import glob
 import os
 import sys
+from typing import Any
 
 
 def choose_gl_backend() -> str | None:
@@ -34,3 +35,17 @@ def configure_gl_backend() -> None:
     if backend is not None:
         os.environ["MUJOCO_GL"] = backend
         os.environ.setdefault("PYOPENGL_PLATFORM", backend)
+
+
+def make_renderer(model: Any, size: int) -> Any:
+    """A ``mujoco.Renderer`` of ``size`` x ``size``, or an error that says how to fix the GL setup."""
+    import mujoco
+
+    try:
+        return mujoco.Renderer(model, size, size)
+    except Exception as exc:
+        raise RuntimeError(
+            f"MuJoCo offscreen rendering failed with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}. "
+            "Import robotrl.sim before mujoco (it picks a headless backend), or set MUJOCO_GL=osmesa "
+            "(Debian: libosmesa6) or MUJOCO_GL=egl (libegl1, and libegl-mesa0 without a GPU)."
+        ) from exc
