@@ -1,4 +1,4 @@
-"""`robotrl bench sim --quick` runs and ends with its JSON line (speed is the bench's job, not this test's)."""
+"""`robotrl bench sim --quick` runs and ends with its JSON line (speed is the bench's job, not a test's)."""
 
 from __future__ import annotations
 
