@@ -43,7 +43,7 @@ ROLES: tuple[Role, ...] = (
     ),
     Role("launch", "start a learner and N actors on this host, with health and restarts", None, issue=8),
     Role("pretrain", "behaviour-cloning pretraining of a chunk policy from demonstrations", None, issue=4),
-    Role("record", "record episodes (scripted expert or policy) as a LeRobotDataset", None, issue=3),
+    Role("record", "record episodes of the scripted expert as a LeRobotDataset", "robotrl.sim.record:record"),
     Role("replay", "replay recorded episodes in the sim or on the arm", None, issue=8),
     Role("eval", "evaluate a policy: success, time to success, starved ticks, jerk", None, issue=5),
     Role("experiment", "run a named experiment (e.g. latency_sweep) as a Hydra multirun", None, issue=8),

@@ -30,6 +30,7 @@ class LatencyKind(Enum):
     """Inference-time model used in virtual time (ignored in wall-clock mode)."""
 
     constant = "constant"
+    normal = "normal"  # mean median_s, standard deviation sigma * median_s
     lognormal = "lognormal"
     spike_mixture = "spike_mixture"
     empirical = "empirical"
@@ -43,6 +44,7 @@ class AlgorithmKind(Enum):
 class PolicyKind(Enum):
     flow = "flow"  # robotrl's built-in flow-matching chunk policy
     lerobot = "lerobot"  # a lerobot pretrained policy through the adapter
+    expert = "expert"  # the sim's scripted expert of the task (robotrl.sim.experts); record only
 
 
 class PolicySize(Enum):
@@ -67,6 +69,8 @@ class EnvConfig:
     """Add the object pose to the state (sim only)."""
     domain_randomization: bool = True
     """Seeded randomisation of object pose, friction, mass, colours, light, cameras."""
+    dense_reward: bool = False
+    """Add a dense shaping term in [-1, 0] to the sparse success reward."""
 
 
 @dataclass
@@ -94,7 +98,7 @@ class LatencyConfig:
     median_s: float = 0.15
     """Median inference time in seconds (constant: the value itself)."""
     sigma: float = 0.3
-    """Log-space standard deviation (lognormal, spike_mixture)."""
+    """Log-space standard deviation (lognormal, spike_mixture); std relative to median_s (normal)."""
     spike_prob: float = 0.02
     """Probability of a spike (spike_mixture)."""
     spike_s: float = 0.6
@@ -196,12 +200,31 @@ class TransportConfig:
 
 
 @dataclass
+class RecordConfig:
+    episodes: int = 10
+    """Episodes to record."""
+    output_dir: str = "data/demos"
+    """Local directory the LeRobotDataset is written to (must not exist yet, unless overwrite)."""
+    repo_id: str = "local/so101_demos"
+    """Dataset name stored in its metadata (never pushed to a hub)."""
+    expert_noise: float = 0.0
+    """Scripted expert: std of the Gaussian noise on its targets, as a share of the action range."""
+    video: bool = False
+    """Encode camera frames as MP4 video (smaller, slower) instead of PNG images."""
+    overwrite: bool = False
+    """Replace an existing output_dir."""
+    keep_failures: bool = True
+    """Also save episodes in which the task was not solved."""
+
+
+@dataclass
 class RobotRLConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     transport: TransportConfig = field(default_factory=TransportConfig)
+    record: RecordConfig = field(default_factory=RecordConfig)
     run_dir: str = "runs/default"
     """Where a role writes logs, checkpoints and results."""
     seed: int = 0
@@ -285,6 +308,7 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     out += _endpoint("transport.weights_endpoint", t.weights_endpoint)
     if t.transitions_endpoint == t.weights_endpoint:
         out.append(("transport.weights_endpoint", "must differ from transport.transitions_endpoint"))
+    out += _record_problems(cfg)
     out += _positive("transport.batch_transitions", t.batch_transitions)
     out += _positive("transport.heartbeat_s", t.heartbeat_s)
     if t.peer_timeout_s <= t.heartbeat_s:
@@ -296,6 +320,20 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
         out.append(("transport.spool_max_mb", f"must be >= 0, got {t.spool_max_mb}"))
     if t.weights_subset not in ("trainable", "full"):
         out.append(("transport.weights_subset", f"must be 'trainable' or 'full', got {t.weights_subset!r}"))
+    return out
+
+
+def _record_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
+    r = cfg.record
+    out = list(_positive("record.episodes", r.episodes))
+    if not r.output_dir:
+        out.append(("record.output_dir", "must not be empty"))
+    if r.repo_id.count("/") != 1 or not all(r.repo_id.split("/")):
+        out.append(("record.repo_id", f"must look like 'owner/name', got {r.repo_id!r}"))
+    if not 0 <= r.expert_noise <= 1:
+        out.append(("record.expert_noise", f"must be in [0, 1], got {r.expert_noise}"))
+    if cfg.policy.kind is PolicyKind.expert and not cfg.env.id.startswith("robotrl/"):
+        out.append(("env.id", f"the scripted expert exists only for robotrl/ sim tasks, got {cfg.env.id!r}"))
     return out
 
 

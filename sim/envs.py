@@ -1,0 +1,294 @@
+"""Gymnasium environments of the SO-101 tasks: reach a target; pick a cube and place it.
+
+Actions are absolute joint targets in lerobot's ``so101_follower`` units (see
+:mod:`robotrl.sim.so101`), held by the servos' position controllers for the several
+physics substeps of one control tick. The observation is a dict: ``"state"`` (joint
+positions in action units, joint velocities in units/s, the goal position, then the
+cube pose when privileged) and one uint8 RGB image per camera.
+
+Domain randomisation draws everything from the reset seed: object and goal poses,
+cube friction and mass, colours, light, camera pose, and joint calibration offsets
+(observed and commanded joint values are off by a few tenths of a degree, as on a
+real arm). Same seed, same episode.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+from robotrl.sim import so101
+from robotrl.sim.render import make_renderer
+from robotrl.sim.scene import CUBE_HALF, EE_SITE, ZONE_RADIUS, SceneOptions, build_model, substeps_for
+
+from robotrl.core.types import FloatArray
+
+REST_POSE_UNITS = np.array([0.0, -90.0, 85.0, 60.0, 0.0, 20.0], dtype=np.float32)
+"""Start pose (lerobot units): arm folded above the base, gripper slightly open."""
+REACH_TOLERANCE = 0.02
+"""Reach succeeds when the fingertip frame is this close to the target (m)."""
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    name: str
+    instruction: str
+    with_cube: bool
+
+
+TASKS = {
+    "reach": TaskInfo("reach", "move the gripper tip to the red ball", with_cube=False),
+    "pick_place": TaskInfo(
+        "pick_place", "pick up the red cube and place it on the green disc", with_cube=True
+    ),
+}
+
+
+class SO101Env(gym.Env[dict[str, np.ndarray], np.ndarray]):
+    """One SO-101 task in MuJoCo, stepped at ``control_hz``."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}  # noqa: RUF012 (gymnasium's API)
+
+    def __init__(
+        self,
+        task: str = "reach",
+        control_hz: float = 30.0,
+        max_episode_ticks: int = 300,
+        cameras: tuple[str, ...] | list[str] = (),
+        image_size: int = 96,
+        privileged_state: bool = False,
+        domain_randomization: bool = True,
+        dense_reward: bool = False,
+        render_mode: str | None = None,
+    ) -> None:
+        if task not in TASKS:
+            raise ValueError(f"unknown SO-101 task {task!r}; known: {sorted(TASKS)}")
+        unknown = set(cameras) - {"front", "wrist"}
+        if unknown:
+            raise ValueError(f"unknown cameras {sorted(unknown)}; the SO-101 scene has 'front' and 'wrist'")
+        if control_hz <= 0 or max_episode_ticks <= 0 or image_size < 16:
+            raise ValueError("control_hz and max_episode_ticks must be > 0, image_size >= 16")
+        self.task = TASKS[task]
+        self.control_hz = float(control_hz)
+        self.max_episode_ticks = int(max_episode_ticks)
+        self.cameras = tuple(cameras)
+        self.image_size = int(image_size)
+        self.privileged_state = privileged_state
+        self.domain_randomization = domain_randomization
+        self.dense_reward = dense_reward
+        self.render_mode = render_mode
+        self.metadata = {**self.metadata, "render_fps": self.control_hz}
+
+        self.model = build_model(SceneOptions(control_hz, self.cameras, image_size, self.task.with_cube))
+        self.data = mujoco.MjData(self.model)
+        self.substeps, _ = substeps_for(control_hz)
+        m = self.model
+        self._qadr = np.array([m.jnt_qposadr[m.joint(j).id] for j in so101.JOINTS])
+        self._vadr = np.array([m.jnt_dofadr[m.joint(j).id] for j in so101.JOINTS])
+        self._ee = m.site(EE_SITE).id
+        self._goal_body = m.body("goal").id
+        self._goal_geom = m.geom("goal").id
+        self._cube_q = m.jnt_qposadr[m.joint("cube").id] if self.task.with_cube else -1
+        self._cube_body = m.body("cube").id if self.task.with_cube else -1
+        self._cube_geom = m.geom("cube").id if self.task.with_cube else -1
+        self._pads = {m.geom("fixed_jaw_pad").id, m.geom("moving_jaw_pad").id}
+        self._nominal = {
+            "geom_friction": m.geom_friction.copy(),
+            "geom_rgba": m.geom_rgba.copy(),
+            "body_mass": m.body_mass.copy(),
+            "body_inertia": m.body_inertia.copy(),
+            "light_diffuse": m.light_diffuse.copy(),
+            "light_pos": m.light_pos.copy(),
+            "cam_pos": m.cam_pos.copy(),
+            "cam_fovy": m.cam_fovy.copy(),
+        }
+        self._offsets = np.zeros(6)
+        self._low, self._high = so101.ACTION_LOW.copy(), so101.ACTION_HIGH.copy()
+        self.action_space = gym.spaces.Box(self._low, self._high, dtype=np.float32)
+        self.state_names = self._state_names()
+        spaces: dict[str, gym.Space[Any]] = {
+            "state": gym.spaces.Box(-np.inf, np.inf, (len(self.state_names),), dtype=np.float32)
+        }
+        for cam in self.cameras:
+            spaces[cam] = gym.spaces.Box(0, 255, (image_size, image_size, 3), dtype=np.uint8)
+        self.observation_space = gym.spaces.Dict(spaces)
+        self._renderer: mujoco.Renderer | None = None
+        self._tick = 0
+        self.clipped_actions = 0
+        """Actions (ticks) clipped to the joint ranges this episode."""
+
+    # ---- layout -------------------------------------------------------------------------------
+    def _state_names(self) -> tuple[str, ...]:
+        names = [f"{j}.pos" for j in so101.JOINTS] + [f"{j}.vel" for j in so101.JOINTS]
+        names += ["goal.x", "goal.y", "goal.z"]
+        if self.privileged_state and self.task.with_cube:
+            names += ["cube.x", "cube.y", "cube.z", "cube.qw", "cube.qx", "cube.qy", "cube.qz"]
+        return tuple(names)
+
+    # ---- gymnasium API ------------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        super().reset(seed=seed)
+        rng = self.np_random
+        m, d = self.model, self.data
+        mujoco.mj_resetData(m, d)
+        for key, value in self._nominal.items():
+            getattr(m, key)[:] = value
+        self._randomize(rng)
+        q0 = so101.units_to_rad(REST_POSE_UNITS) + rng.uniform(-0.03, 0.03, 6) * np.array([1, 1, 1, 1, 1, 0])
+        d.qpos[self._qadr] = q0
+        d.ctrl[:] = q0
+        self._place_task_objects(rng)
+        mujoco.mj_forward(m, d)
+        self._tick = 0
+        self.clipped_actions = 0
+        return self._observe(), self._info(False)
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        a = np.asarray(action, dtype=np.float64)
+        if a.shape != (6,):
+            raise ValueError(f"SO-101 action must have shape (6,) (5 joints then gripper), got {a.shape}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"SO-101 action must be finite, got {a.tolist()}")
+        clipped = np.clip(a, self._low, self._high)
+        if not np.array_equal(clipped, a):
+            self.clipped_actions += 1
+        self.data.ctrl[:] = so101.units_to_rad(clipped) - self._offsets
+        mujoco.mj_step(self.model, self.data, nstep=self.substeps)
+        self._tick += 1
+        success = self._success()
+        reward = float(success) + (self._shaping() if self.dense_reward else 0.0)
+        truncated = self._tick >= self.max_episode_ticks and not success
+        return self._observe(), reward, success, truncated, self._info(success)
+
+    def render(self) -> np.ndarray | None:  # type: ignore[override]
+        if self.render_mode != "rgb_array":
+            return None
+        return self.render_camera(self.cameras[0] if self.cameras else "front")
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+
+    # ---- task ---------------------------------------------------------------------------------
+    @property
+    def ee_pos(self) -> np.ndarray:
+        return self.data.site_xpos[self._ee].copy()
+
+    @property
+    def goal_pos(self) -> np.ndarray:
+        return self.model.body_pos[self._goal_body].copy()
+
+    @property
+    def cube_pose(self) -> np.ndarray:
+        """Cube position and quaternion (w, x, y, z); empty for tasks without a cube."""
+        if self._cube_q < 0:
+            return np.zeros(0)
+        return self.data.qpos[self._cube_q : self._cube_q + 7].copy()
+
+    def _place_task_objects(self, rng: np.random.Generator) -> None:
+        m, d = self.model, self.data
+        if not self.task.with_cube:
+            r, az = rng.uniform(0.16, 0.30), rng.uniform(-0.6, 0.6)
+            m.body_pos[self._goal_body] = [r * math.cos(az), r * math.sin(az), rng.uniform(0.04, 0.20)]
+            return
+        while True:
+            cube_r, cube_az = rng.uniform(0.17, 0.27), rng.uniform(-0.55, 0.55)
+            zone_r, zone_az = rng.uniform(0.17, 0.27), rng.uniform(-0.6, 0.6)
+            cube = np.array([cube_r * math.cos(cube_az), cube_r * math.sin(cube_az)])
+            zone = np.array([zone_r * math.cos(zone_az), zone_r * math.sin(zone_az)])
+            if np.linalg.norm(cube - zone) > 2.5 * ZONE_RADIUS:
+                break
+        yaw = rng.uniform(-math.pi / 4, math.pi / 4)
+        d.qpos[self._cube_q : self._cube_q + 7] = [
+            *cube,
+            CUBE_HALF,
+            math.cos(yaw / 2),
+            0,
+            0,
+            math.sin(yaw / 2),
+        ]
+        m.body_pos[self._goal_body] = [*zone, 0.001]
+
+    def _success(self) -> bool:
+        if not self.task.with_cube:
+            return bool(np.linalg.norm(self.ee_pos - self.goal_pos) < REACH_TOLERANCE)
+        cube = self.data.qpos[self._cube_q : self._cube_q + 3]
+        in_zone = np.linalg.norm(cube[:2] - self.goal_pos[:2]) < ZONE_RADIUS
+        resting = cube[2] < CUBE_HALF + 0.004
+        return bool(in_zone and resting and not self._cube_held())
+
+    def _cube_held(self) -> bool:
+        """Whether a fingertip pad touches the cube (placing means letting go)."""
+        d = self.data
+        for i in range(d.ncon):
+            pair = {int(d.contact.geom1[i]), int(d.contact.geom2[i])}
+            if self._cube_geom in pair and pair & self._pads:
+                return True
+        return False
+
+    def _shaping(self) -> float:
+        """Dense shaping in [-1, 0]: small when the tip (and cube) are near where they should be."""
+        if not self.task.with_cube:
+            return -min(1.0, float(np.linalg.norm(self.ee_pos - self.goal_pos)))
+        cube = self.data.qpos[self._cube_q : self._cube_q + 3]
+        reach = float(np.linalg.norm(self.ee_pos - cube))
+        place = float(np.linalg.norm(cube[:2] - self.goal_pos[:2]))
+        return -min(1.0, 0.5 * reach + place)
+
+    # ---- randomisation ------------------------------------------------------------------------
+    def _randomize(self, rng: np.random.Generator) -> None:
+        m = self.model
+        if not self.domain_randomization:
+            self._offsets = np.zeros(6)
+            return
+        self._offsets = np.append(rng.uniform(-0.008, 0.008, 5), 0.0)  # about +-0.5 degree
+        m.geom_rgba[m.geom("floor").id, :3] = rng.uniform(0.35, 0.75, 3)
+        m.light_diffuse[:] *= rng.uniform(0.6, 1.2)
+        m.light_pos[:] += rng.normal(0.0, 0.1, m.light_pos.shape)
+        m.cam_pos[:] += rng.normal(0.0, 0.005, m.cam_pos.shape)
+        m.cam_fovy[:] += rng.uniform(-2.0, 2.0, m.cam_fovy.shape)
+        if self.task.with_cube:
+            scale = rng.uniform(0.6, 1.6)
+            m.body_mass[self._cube_body] *= scale
+            m.body_inertia[self._cube_body] *= scale
+            m.geom_friction[self._cube_geom, 0] *= rng.uniform(0.8, 1.2)
+            red = rng.uniform(0.7, 1.0)
+            m.geom_rgba[self._cube_geom, :3] = [red, rng.uniform(0.0, 0.3), rng.uniform(0.0, 0.3)]
+
+    # ---- observation --------------------------------------------------------------------------
+    def _observe(self) -> dict[str, np.ndarray]:
+        d = self.data
+        q = d.qpos[self._qadr] + self._offsets
+        parts = [so101.rad_to_units(q), so101.velocity_to_units(d.qvel[self._vadr]), self.goal_pos]
+        if self.privileged_state and self.task.with_cube:
+            parts.append(self.cube_pose)
+        obs: dict[str, np.ndarray] = {"state": np.concatenate(parts).astype(np.float32)}
+        for cam in self.cameras:
+            obs[cam] = self.render_camera(cam)
+        return obs
+
+    def render_camera(self, camera: str) -> np.ndarray:
+        """An (image_size, image_size, 3) uint8 frame from ``camera``; shadows and reflections off."""
+        if self._renderer is None:
+            self._renderer = make_renderer(self.model, self.image_size)
+            flags = self._renderer.scene.flags
+            flags[mujoco.mjtRndFlag.mjRND_SHADOW] = False
+            flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = False
+            flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = False
+        self._renderer.update_scene(self.data, camera=camera)
+        frame: np.ndarray = self._renderer.render()
+        return frame
+
+    def _info(self, success: bool) -> dict[str, Any]:
+        return {"is_success": success, "tick": self._tick, "clipped_actions": self.clipped_actions}
+
+    def joint_units(self) -> FloatArray:
+        """Observed joint positions in action units (calibration offsets included)."""
+        return so101.rad_to_units(self.data.qpos[self._qadr] + self._offsets)

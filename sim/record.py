@@ -1,0 +1,146 @@
+"""`robotrl record env=... policy=expert record.episodes=N`: demonstrations as a LeRobotDataset.
+
+The scripted expert drives the sim; every tick becomes one frame in lerobot 0.6's
+format (``observation.state``, ``observation.images.<camera>``, ``action``,
+``next.reward``, ``next.done``, ``next.success``, ``task``), written to a local
+directory, never to a hub. The expert reads the cube pose from the sim, but the
+dataset's state has exactly the layout that ``env.privileged_state`` asks for.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from robotrl.sim import so101
+from robotrl.sim.envs import SO101Env
+from robotrl.sim.experts import make_expert
+from robotrl.sim.registry import task_of
+
+from robotrl.config.schema import PolicyKind, RobotRLConfig
+from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY
+
+ROBOT_TYPE = "so101_follower"
+
+
+def dataset_features(
+    state_names: tuple[str, ...], cameras: tuple[str, ...], size: int, video: bool
+) -> dict[str, Any]:
+    """The lerobot feature spec of a recorded sim dataset."""
+    features: dict[str, Any] = {
+        STATE_KEY: {"dtype": "float32", "shape": (len(state_names),), "names": list(state_names)},
+        ACTION_KEY: {"dtype": "float32", "shape": (6,), "names": list(so101.ACTION_NAMES)},
+        "next.reward": {"dtype": "float32", "shape": (1,), "names": None},
+        "next.done": {"dtype": "bool", "shape": (1,), "names": None},
+        "next.success": {"dtype": "bool", "shape": (1,), "names": None},
+    }
+    for cam in cameras:
+        features[IMAGE_KEY_PREFIX + cam] = {
+            "dtype": "video" if video else "image",
+            "shape": (size, size, 3),
+            "names": ["height", "width", "channels"],
+        }
+    return features
+
+
+def record(cfg: RobotRLConfig) -> int:
+    """Record ``cfg.record.episodes`` expert episodes; returns the process exit code."""
+    rec = cfg.record
+    if cfg.policy.kind is not PolicyKind.expert:
+        print(
+            f"robotrl record: policy.kind={cfg.policy.kind.value} is not supported here; record "
+            "demonstrations with policy=expert (a learned policy's episodes come from robotrl eval/actor)",
+            file=sys.stderr,
+        )
+        return 2
+    root = Path(rec.output_dir)
+    if root.exists():
+        if not rec.overwrite:
+            print(
+                f"robotrl record: {root} exists; pick another record.output_dir or set record.overwrite=true"
+            )
+            return 2
+        shutil.rmtree(root)
+
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    e = cfg.env
+    env = SO101Env(
+        task=task_of(e.id),
+        control_hz=e.control_hz,
+        max_episode_ticks=e.max_episode_ticks,
+        cameras=tuple(e.cameras),
+        image_size=e.image_size,
+        privileged_state=True,
+        domain_randomization=e.domain_randomization,
+        dense_reward=e.dense_reward,
+    )
+    names = (
+        env.state_names
+        if e.privileged_state
+        else tuple(n for n in env.state_names if not n.startswith("cube."))
+    )
+    keep = np.array([env.state_names.index(n) for n in names])
+    dataset = LeRobotDataset.create(
+        repo_id=rec.repo_id,
+        fps=round(e.control_hz),
+        features=dataset_features(names, env.cameras, e.image_size, rec.video),
+        root=root,
+        robot_type=ROBOT_TYPE,
+        use_videos=rec.video,
+        image_writer_threads=2 if env.cameras else 0,
+    )
+    expert = make_expert(e.id, noise=rec.expert_noise, seed=cfg.seed)
+    saved = successes = attempts = 0
+    columns = (TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"))
+    with Progress(*columns, TimeElapsedColumn()) as progress:
+        bar = progress.add_task("episodes", total=rec.episodes, info="")
+        while saved < rec.episodes and attempts < 3 * rec.episodes:
+            success = _episode(env, expert, dataset, keep, seed=cfg.seed + attempts)
+            attempts += 1
+            if success or rec.keep_failures:
+                dataset.save_episode()
+                saved += 1
+                successes += success
+            else:
+                dataset.clear_episode_buffer()
+            progress.update(bar, completed=saved, info=f"success {successes}/{saved}")
+    dataset.finalize()
+    env.close()
+    frames = dataset.meta.total_frames
+    print(f"robotrl record: {saved} episodes ({successes} successful, {frames} frames) in {root}")
+    return 0 if saved == rec.episodes else 1
+
+
+def _episode(env: SO101Env, expert: Any, dataset: Any, keep: np.ndarray, seed: int) -> bool:
+    obs, _ = env.reset(seed=seed)
+    expert.reset()
+    instruction = env.task.instruction
+    tick = 0
+    while True:
+        action = expert.act(_as_observation(obs["state"], tick))
+        nxt, reward, terminated, truncated, info = env.step(action)
+        frame: dict[str, Any] = {
+            STATE_KEY: obs["state"][keep],
+            ACTION_KEY: action,
+            "next.reward": np.array([reward], dtype=np.float32),
+            "next.done": np.array([terminated or truncated]),
+            "next.success": np.array([info["is_success"]]),
+            "task": instruction,
+        }
+        for cam in env.cameras:
+            frame[IMAGE_KEY_PREFIX + cam] = obs[cam]
+        dataset.add_frame(frame)
+        obs, tick = nxt, tick + 1
+        if terminated or truncated:
+            return bool(info["is_success"])
+
+
+def _as_observation(state: np.ndarray, tick: int) -> Any:
+    from robotrl.core.types import Observation
+
+    return Observation(tick=tick, state=state)

@@ -1,0 +1,49 @@
+"""Gymnasium ids of the SO-101 tasks, and :func:`make_env` for robotrl's own protocol."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from robotrl.config.schema import EnvConfig
+from robotrl.core.protocols import RobotEnv
+
+ENV_IDS: dict[str, str] = {
+    "robotrl/SO101Reach-v0": "reach",
+    "robotrl/SO101PickPlace-v0": "pick_place",
+}
+"""Gymnasium id -> task name."""
+
+
+def register_envs() -> None:
+    """Register every task with gymnasium (idempotent). The env enforces its own time limit."""
+    for env_id, task in ENV_IDS.items():
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point="robotrl.sim.envs:SO101Env", kwargs={"task": task})
+
+
+def task_of(env_id: str) -> str:
+    if env_id not in ENV_IDS:
+        raise ValueError(f"env.id: unknown sim task {env_id!r}; known: {sorted(ENV_IDS)}")
+    return ENV_IDS[env_id]
+
+
+def make_env(cfg: EnvConfig, seed_offset: int = 0) -> RobotEnv:
+    """The task of ``cfg`` as a :class:`RobotEnv` (robotrl's protocol: Observation, StepResult).
+
+    ``seed_offset`` shifts every reset seed, so several actors on one config see
+    different episodes.
+    """
+    from robotrl.sim.envs import SO101Env
+    from robotrl.sim.robot_env import SimRobotEnv
+
+    env = SO101Env(
+        task=task_of(cfg.id),
+        control_hz=cfg.control_hz,
+        max_episode_ticks=cfg.max_episode_ticks,
+        cameras=tuple(cfg.cameras),
+        image_size=cfg.image_size,
+        privileged_state=cfg.privileged_state,
+        domain_randomization=cfg.domain_randomization,
+        dense_reward=cfg.dense_reward,
+    )
+    return SimRobotEnv(env, name=cfg.id, seed_offset=seed_offset)

@@ -1,0 +1,51 @@
+"""Headless offscreen rendering: pick MuJoCo's GL backend before mujoco is imported.
+
+MuJoCo reads ``MUJOCO_GL`` once, when it is first imported. Without a display we
+choose EGL when a GPU vendor library is installed (hardware rendering), and OSMesa
+(software, works on any headless machine) otherwise. A user's own ``MUJOCO_GL``
+always wins.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import glob
+import os
+import sys
+from typing import Any
+
+
+def choose_gl_backend() -> str | None:
+    """The backend to use when ``MUJOCO_GL`` is unset, or None to leave MuJoCo's default."""
+    if os.environ.get("DISPLAY") or sys.platform in ("darwin", "win32"):
+        return None
+    gpu_egl = any("nvidia" in p for p in glob.glob("/usr/share/glvnd/egl_vendor.d/*.json"))
+    if gpu_egl and ctypes.util.find_library("EGL"):
+        return "egl"
+    if ctypes.util.find_library("OSMesa"):
+        return "osmesa"
+    return "egl" if ctypes.util.find_library("EGL") else None
+
+
+def configure_gl_backend() -> None:
+    """Set ``MUJOCO_GL`` (and PyOpenGL's platform) unless the user did or mujoco is loaded."""
+    if "MUJOCO_GL" in os.environ or "mujoco" in sys.modules:
+        return
+    backend = choose_gl_backend()
+    if backend is not None:
+        os.environ["MUJOCO_GL"] = backend
+        os.environ.setdefault("PYOPENGL_PLATFORM", backend)
+
+
+def make_renderer(model: Any, size: int) -> Any:
+    """A ``mujoco.Renderer`` of ``size`` x ``size``, or an error that says how to fix the GL setup."""
+    import mujoco
+
+    try:
+        return mujoco.Renderer(model, size, size)
+    except Exception as exc:
+        raise RuntimeError(
+            f"MuJoCo offscreen rendering failed with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}. "
+            "Import robotrl.sim before mujoco (it picks a headless backend), or set MUJOCO_GL=osmesa "
+            "(Debian: libosmesa6) or MUJOCO_GL=egl (libegl1, and libegl-mesa0 without a GPU)."
+        ) from exc

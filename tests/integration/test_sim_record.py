@@ -1,0 +1,61 @@
+"""`robotrl record` writes a dataset that lerobot's own LeRobotDataset loads, offline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from robotrl.cli import main
+from robotrl.config.load import ConfigError, load_config
+from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY
+
+
+@pytest.mark.slow
+def test_recorded_expert_dataset_loads_in_lerobot(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "demos"
+    code = main(
+        [
+            "record",
+            "env=so101_pick_place",
+            "policy=expert",
+            "record.episodes=2",
+            f"record.output_dir={out}",
+            "record.repo_id=local/test_demos",
+            "env.cameras=[front]",
+            "env.image_size=32",
+            "env.max_episode_ticks=120",
+        ]
+    )
+    assert code == 0
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    ds = LeRobotDataset("local/test_demos", root=out)
+    assert ds.num_episodes == 2
+    assert ds.fps == 30
+    ends = [ds.meta.episodes[i]["length"] for i in range(2)]
+    assert ds.num_frames == sum(ends) == len(ds)
+    assert all(10 < n <= 120 for n in ends)
+    features = ds.meta.features
+    assert features[STATE_KEY]["shape"] == (15,)  # joints, velocities, goal; no privileged cube pose
+    assert features[ACTION_KEY]["names"][-1] == "gripper.pos"
+    assert features[IMAGE_KEY_PREFIX + "front"]["dtype"] == "image"
+    item = ds[ends[0] - 1]  # last frame of the first episode
+    assert item[STATE_KEY].shape == (15,)
+    assert item[ACTION_KEY].dtype == torch.float32
+    assert item[IMAGE_KEY_PREFIX + "front"].shape == (3, 32, 32)
+    assert bool(item["next.done"]) and bool(item["next.success"])
+    assert item["task"].startswith("pick up the red cube")
+    actions = np.stack([ds[i][ACTION_KEY].numpy() for i in range(ends[0])])
+    assert actions[:, 5].max() > 30 and actions[:, 5].min() < 5  # the gripper opened and closed
+
+
+def test_record_refuses_to_overwrite_and_checks_its_fields(tmp_path):
+    out = tmp_path / "exists"
+    out.mkdir()
+    assert main(["record", "policy=expert", f"record.output_dir={out}"]) == 2
+    with pytest.raises(ConfigError, match=r"record\.episodes"):
+        load_config(["record.episodes=0"])
+    with pytest.raises(ConfigError, match=r"record\.expert_noise"):
+        load_config(["record.expert_noise=2"])

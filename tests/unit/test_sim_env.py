@@ -1,0 +1,147 @@
+"""The SO-101 task environments: gymnasium API, determinism, robotrl protocol, bad input."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import robotrl.sim
+from gymnasium.utils.env_checker import check_env
+from robotrl.sim import so101
+from robotrl.sim.envs import SO101Env
+
+from robotrl.config.schema import EnvConfig
+from robotrl.core.protocols import RobotEnv, StepResult
+from robotrl.core.types import Observation
+
+IDS = sorted(robotrl.sim.ENV_IDS)
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_gymnasium_env_checker_passes(env_id):
+    env = gym.make(env_id, cameras=("front",), image_size=32, privileged_state=True)
+    check_env(env.unwrapped, skip_render_check=True)
+    env.close()
+
+
+def test_action_space_is_lerobot_so101_follower():
+    env = SO101Env("reach")
+    assert so101.ACTION_NAMES == (
+        "shoulder_pan.pos",
+        "shoulder_lift.pos",
+        "elbow_flex.pos",
+        "wrist_flex.pos",
+        "wrist_roll.pos",
+        "gripper.pos",
+    )
+    low, high = env.action_space.low, env.action_space.high
+    assert (low[5], high[5]) == (0.0, 100.0)  # gripper: 0 closed .. 100 open
+    assert np.all(low[:5] < -90) and np.all(high[:5] > 90)  # degrees, zero mid-range
+    np.testing.assert_allclose(so101.rad_to_units(so101.units_to_rad(high)), high, rtol=1e-6)
+
+
+def rollout(env: SO101Env, seed: int, ticks: int) -> list[np.ndarray]:
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    out = [obs["state"]]
+    for _ in range(ticks):
+        action = obs["state"][:6] + rng.normal(0, 5, 6).astype(np.float32)
+        obs, *_ = env.step(action)
+        out.append(obs["state"])
+    return out
+
+
+@pytest.mark.parametrize("task", ["reach", "pick_place"])
+def test_same_seed_same_episode(task):
+    env = SO101Env(task, privileged_state=True)
+    a, b, c = rollout(env, 5, 20), rollout(env, 5, 20), rollout(env, 6, 20)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not np.array_equal(a[0], c[0])
+
+
+def test_domain_randomisation_changes_the_world_and_restores_it():
+    env = SO101Env("pick_place", privileged_state=True)
+    env.reset(seed=1)
+    mass1, rgba1 = env.model.body_mass.copy(), env.model.geom_rgba.copy()
+    env.reset(seed=2)
+    assert not np.array_equal(mass1, env.model.body_mass)
+    assert not np.array_equal(rgba1, env.model.geom_rgba)
+    env.reset(seed=1)
+    np.testing.assert_array_equal(mass1, env.model.body_mass)
+    plain = SO101Env("pick_place", domain_randomization=False)
+    plain.reset(seed=1)
+    m1 = plain.model.body_mass.copy()
+    plain.reset(seed=2)
+    np.testing.assert_array_equal(m1, plain.model.body_mass)
+
+
+def test_wrong_shape_and_non_finite_actions_raise_clearly():
+    env = SO101Env("reach")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"shape \(6,\)"):
+        env.step(np.zeros(5, dtype=np.float32))
+    with pytest.raises(ValueError, match="finite"):
+        env.step(np.array([0, 0, 0, np.nan, 0, 50], dtype=np.float32))
+
+
+def test_out_of_range_actions_are_clipped_and_counted():
+    env = SO101Env("reach")
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(np.array([1e6, -1e6, 1e6, -1e6, 1e6, 500], dtype=np.float32))
+    assert info["clipped_actions"] == 1
+    for _ in range(60):
+        obs, *_ = env.step(np.array([1e6, -1e6, 1e6, -1e6, 1e6, 500], dtype=np.float32))
+    assert np.all(np.isfinite(obs["state"]))
+    assert env.clipped_actions == 61
+    joints = obs["state"][:6]
+    assert np.all(joints >= so101.ACTION_LOW - 5) and np.all(joints <= so101.ACTION_HIGH + 5)
+    env.reset(seed=0)
+    assert env.clipped_actions == 0
+
+
+def test_time_limit_truncates():
+    env = SO101Env("reach", max_episode_ticks=5)
+    obs, _ = env.reset(seed=0)
+    hold = obs["state"][:6]
+    flags = [env.step(hold)[3] for _ in range(5)]
+    assert flags == [False] * 4 + [True]
+
+
+def test_holding_the_pose_keeps_the_arm_still():
+    """Position control: commanding the observed pose keeps the joints there (units agree)."""
+    env = SO101Env("reach", domain_randomization=False)
+    obs, _ = env.reset(seed=0)
+    start = obs["state"][:6].copy()
+    for _ in range(30):
+        obs, *_ = env.step(start)
+    np.testing.assert_allclose(obs["state"][:5], start[:5], atol=3.0)
+
+
+def test_make_env_speaks_the_robotrl_protocol():
+    cfg = EnvConfig(id="robotrl/SO101PickPlace-v0", cameras=["front", "wrist"], image_size=48)
+    env = robotrl.sim.make_env(cfg, seed_offset=100)
+    assert isinstance(env, RobotEnv)
+    spec = env.spec
+    assert spec.action_dim == 6 and spec.camera_shapes == {"front": (48, 48, 3), "wrist": (48, 48, 3)}
+    assert spec.state_dim == 15 and spec.instruction
+    obs = env.reset(seed=0)
+    assert isinstance(obs, Observation) and obs.tick == 0
+    assert obs.state.dtype == np.float32 and obs.state.shape == (15,)
+    for cam in ("front", "wrist"):
+        img = obs.images[cam]
+        assert img.dtype == np.uint8 and img.shape == (48, 48, 3)
+        assert img.std() > 5  # a real rendered scene, not a blank frame
+    result = env.step(obs.state[:6])
+    assert isinstance(result, StepResult) and result.observation.tick == 1
+    assert result.info["is_success"] is False
+    other = robotrl.sim.make_env(cfg, seed_offset=0)
+    assert not np.array_equal(other.reset(seed=0).state, obs.state)  # offset shifts the seed
+    env.close()
+    other.close()
+
+
+def test_unknown_task_or_camera_is_refused():
+    with pytest.raises(ValueError, match=r"env\.id"):
+        robotrl.sim.make_env(EnvConfig(id="robotrl/Nope-v0"))
+    with pytest.raises(ValueError, match="cameras"):
+        SO101Env("reach", cameras=("top",))
