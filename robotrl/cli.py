@@ -42,7 +42,11 @@ ROLES: tuple[Role, ...] = (
         "learner", "run the learner: ingest transitions, RAPI or BC updates, publish weights", None, issue=7
     ),
     Role("launch", "start a learner and N actors on this host, with health and restarts", None, issue=8),
-    Role("pretrain", "behaviour-cloning pretraining of a chunk policy from demonstrations", None, issue=4),
+    Role(
+        "pretrain",
+        "behaviour-cloning pretraining of a chunk policy from demonstrations",
+        "robotrl.policy.pretrain:main",
+    ),
     Role("record", "record episodes of the scripted expert as a LeRobotDataset", "robotrl.sim.record:record"),
     Role("replay", "replay recorded episodes in the sim or on the arm", None, issue=8),
     Role("eval", "evaluate a policy: success, time to success, starved ticks, jerk", None, issue=5),

@@ -218,6 +218,32 @@ class RecordConfig:
 
 
 @dataclass
+class PretrainConfig:
+    steps: int = 20_000
+    """Gradient steps of behaviour cloning."""
+    batch_size: int = 64
+    """Chunks per gradient step."""
+    lr: float = 3.0e-4
+    """Peak AdamW learning rate (linear warm-up, then cosine decay)."""
+    warmup_steps: int = 500
+    """Steps of linear learning-rate warm-up."""
+    weight_decay: float = 1.0e-4
+    """AdamW weight decay."""
+    val_fraction: float = 0.1
+    """Share of episodes held out for the validation loss (the last ones)."""
+    val_every: int = 500
+    """Steps between validation losses."""
+    val_batches: int = 8
+    """Batches in one validation pass (fixed samples and noise, so passes compare)."""
+    checkpoint_every: int = 1000
+    """Steps between checkpoints (run_dir/policy, run_dir/policy_best, resume state)."""
+    resume: bool = True
+    """Continue from run_dir's resume state when it exists."""
+    threads: int = 0
+    """torch intra-op threads on CPU; 0 keeps torch's default."""
+
+
+@dataclass
 class RobotRLConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -225,6 +251,9 @@ class RobotRLConfig:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     transport: TransportConfig = field(default_factory=TransportConfig)
     record: RecordConfig = field(default_factory=RecordConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    dataset: str | None = None
+    """Local LeRobotDataset directory of demonstrations (`robotrl pretrain dataset=...`)."""
     run_dir: str = "runs/default"
     """Where a role writes logs, checkpoints and results."""
     seed: int = 0
@@ -320,6 +349,25 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
         out.append(("transport.spool_max_mb", f"must be >= 0, got {t.spool_max_mb}"))
     if t.weights_subset not in ("trainable", "full"):
         out.append(("transport.weights_subset", f"must be 'trainable' or 'full', got {t.weights_subset!r}"))
+    out += _pretrain_problems(cfg.pretrain)
+    if cfg.dataset is not None and not cfg.dataset.strip():
+        out.append(("dataset", "must be a local LeRobotDataset directory or null, got an empty string"))
+    return out
+
+
+def _pretrain_problems(pt: PretrainConfig) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for name in ("steps", "batch_size", "val_every", "val_batches", "checkpoint_every"):
+        out += _positive(f"pretrain.{name}", getattr(pt, name))
+    out += _positive("pretrain.lr", pt.lr)
+    if pt.warmup_steps < 0:
+        out.append(("pretrain.warmup_steps", f"must be >= 0, got {pt.warmup_steps}"))
+    if pt.weight_decay < 0:
+        out.append(("pretrain.weight_decay", f"must be >= 0, got {pt.weight_decay}"))
+    if not 0 <= pt.val_fraction < 1:
+        out.append(("pretrain.val_fraction", f"must be in [0, 1), got {pt.val_fraction}"))
+    if pt.threads < 0:
+        out.append(("pretrain.threads", f"must be >= 0, got {pt.threads}"))
     return out
 
 

@@ -1,0 +1,185 @@
+"""Demonstrations from a local LeRobotDataset as in-memory arrays, and chunk batches from them.
+
+Pretraining reads every frame once (video decoding is the slow part, so it is
+paid once, with a progress bar) and then samples training chunks from memory:
+the H actions from a frame on, padded past the episode's end and masked there,
+with a committed-prefix length drawn from [0, max_delay] (training-time RTC).
+Batches use the keys and layout of ``ChunkPolicy.per_sample_loss``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from rich.progress import Progress
+
+from robotrl.core.types import (
+    ACTION_KEY,
+    ACTION_MASK_KEY,
+    IMAGE_KEY_PREFIX,
+    PREFIX_LEN_KEY,
+    STATE_KEY,
+    TASK_KEY,
+    EnvSpec,
+)
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be used for pretraining; the message names what is wrong."""
+
+
+@dataclass
+class Demos:
+    """Every frame of a dataset: arrays indexed by frame, episodes as [start, end) ranges."""
+
+    state: npt.NDArray[np.float32]  # (N, S)
+    action: npt.NDArray[np.float32]  # (N, A)
+    images: dict[str, npt.NDArray[np.uint8]]  # camera -> (N, H, W, 3)
+    tasks: list[str]  # (N,)
+    episode_bounds: list[tuple[int, int]]
+    spec: EnvSpec
+
+    def frames_of(self, episodes: Sequence[int]) -> npt.NDArray[np.int64]:
+        frames: npt.NDArray[np.int64] = np.concatenate(
+            [np.arange(*self.episode_bounds[e], dtype=np.int64) for e in episodes]
+        )
+        return frames
+
+    def stats(self, frames: npt.NDArray[np.int64]) -> dict[str, npt.NDArray[np.float32]]:
+        """Mean and std of state and action over ``frames`` (the training split)."""
+        return {
+            "state_mean": self.state[frames].mean(0),
+            "state_std": self.state[frames].std(0),
+            "action_mean": self.action[frames].mean(0),
+            "action_std": self.action[frames].std(0),
+        }
+
+
+def _names(feature: dict[str, Any], key: str, dim: int) -> tuple[str, ...]:
+    names = feature.get("names")
+    if isinstance(names, dict):  # some datasets nest names under a group, e.g. {"motors": [...]}
+        names = next(iter(names.values()), None)
+    if isinstance(names, list) and len(names) == dim:
+        return tuple(str(n) for n in names)
+    return tuple(f"{key}_{i}" for i in range(dim))
+
+
+def _uint8_hwc(image: torch.Tensor) -> npt.NDArray[np.uint8]:
+    """LeRobotDataset frames come as (3, H, W) float in [0, 1] or uint8; the policy reads uint8 HWC."""
+    if image.dtype != torch.uint8:
+        image = (image.float() * 255.0).round().clamp(0, 255).to(torch.uint8)
+    out: npt.NDArray[np.uint8] = image.permute(1, 2, 0).contiguous().numpy()
+    return out
+
+
+def load_demos(root: str | Path, cameras: Sequence[str] | None = None) -> Demos:
+    """Read a local LeRobotDataset (offline) into memory.
+
+    ``cameras`` None reads every camera of the dataset; a camera it lacks is an error.
+    """
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    path = Path(root)
+    if not (path / "meta" / "info.json").is_file():
+        raise DatasetError(f"dataset={path}: not a local LeRobotDataset (no meta/info.json)")
+    ds = LeRobotDataset(repo_id=f"local/{path.name}", root=path, return_uint8=True)
+    features = ds.meta.features
+    for key in (STATE_KEY, ACTION_KEY):
+        if key not in features:
+            raise DatasetError(f"dataset={path}: has no {key!r} feature (has {sorted(features)})")
+    available = [k.removeprefix(IMAGE_KEY_PREFIX) for k in ds.meta.camera_keys]
+    chosen = list(available if cameras is None else cameras)
+    missing = [c for c in chosen if c not in available]
+    if missing:
+        raise DatasetError(f"dataset={path}: has no camera {missing} (has {available})")
+    n = ds.num_frames
+    if n == 0:
+        raise DatasetError(f"dataset={path}: has no frames")
+    state_dim = int(features[STATE_KEY]["shape"][0])
+    action_dim = int(features[ACTION_KEY]["shape"][0])
+    shapes = {c: tuple(int(x) for x in features[IMAGE_KEY_PREFIX + c]["shape"]) for c in chosen}
+    state = np.empty((n, state_dim), np.float32)
+    action = np.empty((n, action_dim), np.float32)
+    images = {c: np.empty((n, *shapes[c]), np.uint8) for c in chosen}
+    tasks: list[str] = []
+    episode = np.empty(n, np.int64)
+    with Progress(transient=True) as progress:
+        bar = progress.add_task(f"reading {path.name}", total=n)
+        for i in range(n):
+            item = ds[i]
+            state[i] = item[STATE_KEY].numpy()
+            action[i] = item[ACTION_KEY].numpy()
+            for c in chosen:
+                images[c][i] = _uint8_hwc(item[IMAGE_KEY_PREFIX + c])
+            tasks.append(str(item.get(TASK_KEY, "")))
+            episode[i] = int(item["episode_index"])
+            progress.advance(bar)
+    starts = np.flatnonzero(np.r_[True, episode[1:] != episode[:-1]])
+    bounds = [(int(s), int(e)) for s, e in zip(starts, np.r_[starts[1:], n], strict=True)]
+    low, high = action.min(0), action.max(0)
+    spec = EnvSpec(
+        name=path.name,
+        action_names=_names(features[ACTION_KEY], "action", action_dim),
+        action_low=tuple(float(x) for x in low),
+        action_high=tuple(float(x) for x in high),
+        state_names=_names(features[STATE_KEY], "state", state_dim),
+        camera_shapes={c: (shapes[c][0], shapes[c][1], shapes[c][2]) for c in chosen},
+        control_hz=float(ds.fps),
+        max_episode_ticks=max(e - s for s, e in bounds),
+        instruction=tasks[0],
+    )
+    return Demos(state, action, images, tasks, bounds, spec)
+
+
+class ChunkSampler:
+    """Training chunks from :class:`Demos`: the frame's observation and the next H actions."""
+
+    def __init__(self, demos: Demos, frames: npt.NDArray[np.int64], horizon: int, max_delay: int) -> None:
+        if len(frames) == 0:
+            raise DatasetError("no frames to sample from")
+        self.demos, self.frames, self.horizon, self.max_delay = demos, frames, horizon, max_delay
+        self.episode_end = np.empty(len(demos.state), np.int64)
+        for s, e in demos.episode_bounds:
+            self.episode_end[s:e] = e
+
+    def batch(
+        self, rng: np.random.Generator, size: int, device: str | torch.device = "cpu"
+    ) -> dict[str, Any]:
+        idx = rng.choice(self.frames, size=size)
+        return self.batch_at(idx, rng.integers(0, self.max_delay + 1, size=size), device)
+
+    def batch_at(
+        self,
+        idx: npt.NDArray[np.int64],
+        prefix_len: npt.NDArray[np.int64],
+        device: str | torch.device = "cpu",
+    ) -> dict[str, Any]:
+        d = self.demos
+        rows = idx[:, None] + np.arange(self.horizon)[None, :]
+        mask = rows < self.episode_end[idx][:, None]
+        rows = np.minimum(rows, self.episode_end[idx][:, None] - 1)  # pad with the last action
+        batch: dict[str, Any] = {
+            STATE_KEY: torch.from_numpy(d.state[idx]).to(device),
+            ACTION_KEY: torch.from_numpy(d.action[rows]).to(device),
+            ACTION_MASK_KEY: torch.from_numpy(mask).to(device),
+            PREFIX_LEN_KEY: torch.from_numpy(np.asarray(prefix_len, np.int64)).to(device),
+            TASK_KEY: [d.tasks[i] for i in idx],
+        }
+        for cam, frames in d.images.items():
+            batch[IMAGE_KEY_PREFIX + cam] = torch.from_numpy(frames[idx]).to(device)
+        return batch
+
+
+def split_episodes(n_episodes: int, val_fraction: float) -> tuple[list[int], list[int]]:
+    """(train, validation) episode indices; the last episodes validate, at least one train episode."""
+    n_val = min(round(n_episodes * val_fraction), n_episodes - 1) if n_episodes > 1 else 0
+    if val_fraction > 0 and n_episodes > 1:
+        n_val = max(n_val, 1)
+    cut = n_episodes - n_val
+    return list(range(cut)), list(range(cut, n_episodes))

@@ -1,0 +1,109 @@
+"""`robotrl pretrain`: behaviour cloning from a real local LeRobotDataset, checkpoints, resume."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from policy_datasets import ACTION_DIM, CAMERAS, make_dataset
+
+from robotrl.cli import main as cli_main
+from robotrl.config.load import load_config
+from robotrl.core.types import Observation
+from robotrl.policy import load_policy
+from robotrl.policy.data import load_demos, split_episodes
+from robotrl.policy.flow import FlowChunkPolicy
+from robotrl.policy.pretrain import Pretrainer
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("demos") / "ds")
+
+
+def overrides(dataset, run_dir, steps):
+    return [
+        f"dataset={dataset}",
+        "policy=flow_tiny",
+        "policy.horizon=8",
+        "policy.max_delay=3",
+        "policy.device=cpu",
+        f"run_dir={run_dir}",
+        f"pretrain.steps={steps}",
+        "pretrain.batch_size=8",
+        "pretrain.val_every=5",
+        "pretrain.val_batches=2",
+        "pretrain.checkpoint_every=10",
+        "pretrain.warmup_steps=2",
+        "pretrain.lr=1e-3",
+        "pretrain.val_fraction=0.34",
+    ]
+
+
+def test_demos_read_every_frame_with_episode_bounds_and_spec(dataset):
+    demos = load_demos(dataset, CAMERAS)
+    assert demos.episode_bounds == [(0, 24), (24, 48), (48, 72)]
+    assert demos.images["front"].shape == (72, 32, 32, 3) and demos.images["front"].dtype == np.uint8
+    assert demos.spec.action_dim == ACTION_DIM and demos.spec.camera_shapes["wrist"] == (32, 32, 3)
+    assert demos.tasks[0] == "pick up the cube"
+    assert split_episodes(3, 0.34) == ([0, 1], [2])
+
+
+def test_missing_camera_in_dataset_is_named(dataset):
+    from robotrl.policy.data import DatasetError
+
+    with pytest.raises(DatasetError, match="top"):
+        load_demos(dataset, ["front", "top"])
+
+
+def test_pretrain_role_writes_a_loadable_checkpoint_with_dataset_statistics(dataset, tmp_path):
+    run = tmp_path / "run"
+    assert cli_main(["pretrain", *overrides(dataset, run, 20)]) == 0
+    policy = load_policy(run / "policy")
+    assert isinstance(policy, FlowChunkPolicy)
+    demos = load_demos(dataset, CAMERAS)
+    train_frames = demos.frames_of([0, 1])
+    np.testing.assert_allclose(
+        policy.normalization()["action_mean"], demos.action[train_frames].mean(0), rtol=1e-5
+    )
+    assert (run / "policy_best" / "model.safetensors").is_file()
+    records = [json.loads(line) for line in (run / "pretrain_metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [5, 10, 15, 20]
+    assert all(np.isfinite(r["val_loss"]) for r in records)
+    obs = Observation(0, demos.state[0], {c: demos.images[c][0] for c in CAMERAS}, demos.tasks[0])
+    prefix = demos.action[:2]
+    chunk = policy.infer(obs, prefix, 2)
+    assert chunk.shape == (8, ACTION_DIM) and np.array_equal(chunk[:2], prefix)
+
+
+@pytest.mark.slow
+def test_resumed_pretraining_matches_an_uninterrupted_run(dataset, tmp_path):
+    demos = load_demos(dataset, CAMERAS)
+    straight = Pretrainer(load_config(overrides(dataset, tmp_path / "a", 20)), demos)
+    straight.run()
+    interrupted = Pretrainer(load_config(overrides(dataset, tmp_path / "b", 20)), demos)
+    for _ in range(10):
+        interrupted.train_step()
+    interrupted.save(interrupted.validation_loss())  # what a checkpoint at step 10 leaves behind
+    resumed = Pretrainer(load_config(overrides(dataset, tmp_path / "b", 20)), demos)
+    resumed.run()
+    assert resumed.step == 20
+    for (name, a), b in zip(
+        straight.policy.state_dict().items(), resumed.policy.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(a, b, msg=name)
+
+
+def test_pretrain_without_dataset_names_the_field(tmp_path, capsys):
+    assert cli_main(["pretrain", "policy=flow_tiny", f"run_dir={tmp_path}"]) == 2
+    assert "dataset" in capsys.readouterr().err
