@@ -49,7 +49,11 @@ ROLES: tuple[Role, ...] = (
     ),
     Role("record", "record episodes of the scripted expert as a LeRobotDataset", "robotrl.sim.record:record"),
     Role("replay", "replay recorded episodes in the sim or on the arm", None, issue=8),
-    Role("eval", "evaluate a policy: success, time to success, starved ticks, jerk", None, issue=5),
+    Role(
+        "eval",
+        "evaluate a policy: success, time to success, starved ticks, jerk",
+        "robotrl.actor.run:eval_role",
+    ),
     Role("experiment", "run a named experiment (e.g. latency_sweep) as a Hydra multirun", None, issue=8),
     Role("bench", "run a benchmark: robotrl bench NAME [--quick]", "robotrl.bench:main", uses_config=False),
     Role("keys", "generate CURVE key pairs: robotrl keys generate", None, uses_config=False, issue=6),

@@ -1,0 +1,163 @@
+"""`robotrl eval` and `robotrl actor`: episodes of the simulated (or real) robot under a
+policy, a strategy and a latency model, with progress, a summary table and JSON.
+
+Virtual time runs the serial runner (policy in this process, latency from the model);
+wall-clock time runs the policy in a worker process so the control loop keeps its own
+interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from robotrl.actor.inference import InProcessInference
+from robotrl.actor.loop import EpisodeResult
+from robotrl.actor.main import build_loop
+from robotrl.actor.recorder import TransitionSink
+from robotrl.actor.report import summarize
+from robotrl.actor.slots import PolicySlots
+from robotrl.actor.worker import ProcessInference, WorkerSpec
+from robotrl.config.schema import PolicyConfig, RobotRLConfig
+from robotrl.core.protocols import ChunkPolicy, InferenceBackend
+from robotrl.core.types import EnvSpec
+
+log = logging.getLogger(__name__)
+
+
+def make_policy(policy_cfg: PolicyConfig, spec: EnvSpec) -> ChunkPolicy:
+    """The configured policy: a checkpoint from ``policy.path``, else a fresh one."""
+    from robotrl.policy import build_policy, load_policy
+
+    if policy_cfg.path:
+        return load_policy(policy_cfg.path, device=policy_cfg.device)
+    return build_policy(policy_cfg, spec)
+
+
+def policy_for_worker(policy: dict[str, Any], spec: dict[str, Any]) -> ChunkPolicy:
+    """Worker-side factory: rebuild the config objects from JSON, then :func:`make_policy`."""
+    from omegaconf import OmegaConf
+
+    policy_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PolicyConfig), policy))
+    assert isinstance(policy_cfg, PolicyConfig)
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()}
+    fields["camera_shapes"] = {cam: tuple(shape) for cam, shape in spec.get("camera_shapes", {}).items()}
+    env_spec = EnvSpec(**fields)
+    return make_policy(policy_cfg, env_spec)
+
+
+def make_backend(cfg: RobotRLConfig, spec: EnvSpec) -> tuple[InferenceBackend, int]:
+    """The inference backend for the configured mode, and the policy's horizon."""
+    if cfg.actor.virtual_time:
+        slots = PolicySlots(make_policy(cfg.policy, spec), make_policy(cfg.policy, spec))
+        return InProcessInference(slots), slots.active.horizon
+    from omegaconf import OmegaConf
+
+    policy_json = OmegaConf.to_container(OmegaConf.structured(cfg.policy), enum_to_str=True)
+    spec_json = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(spec).items()}
+    worker_spec = WorkerSpec(
+        "robotrl.actor.run:policy_for_worker", {"policy": policy_json, "spec": spec_json}
+    )
+    backend = ProcessInference(worker_spec)
+    return backend, int(backend.info["horizon"])
+
+
+def run_episodes(cfg: RobotRLConfig, sink: TransitionSink | None, title: str) -> dict[str, Any]:
+    """Run ``cfg.actor.episodes`` episodes with progress; return the summary."""
+    from robotrl.sim import make_env
+    from robotrl.sim.latency import build_latency_model
+
+    env = make_env(cfg.env)
+    spec = env.spec
+    if not cfg.policy.path:
+        log.warning("policy.path is not set: running a policy with random weights")
+    backend, horizon = make_backend(cfg, spec)
+    latency = build_latency_model(cfg.actor.latency) if cfg.actor.virtual_time else None
+    loop = build_loop(
+        env,
+        backend,
+        cfg.actor,
+        horizon,
+        latency,
+        sink=sink,
+        batch_transitions=cfg.transport.batch_transitions,
+        max_prefix=cfg.policy.max_delay,
+    )
+    results: list[EpisodeResult] = []
+    start = time.perf_counter()
+    columns = (TextColumn(title), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"))
+    try:
+        with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True)) as progress:
+            task = progress.add_task(title, total=cfg.actor.episodes, status="")
+            for i in range(cfg.actor.episodes):
+                result = loop.run_episode(i, seed=cfg.actor.seed + i)
+                results.append(result)
+                wins = sum(r.success for r in results)
+                progress.update(task, advance=1, status=f"success {wins}/{len(results)}")
+                if result.failure:
+                    log.error("episode %d stopped: %s", i, result.failure)
+                    break
+    finally:
+        backend.close()
+        env.close()
+    summary = summarize(results, spec.control_hz, wall_clock=not cfg.actor.virtual_time)
+    summary.update(
+        env=cfg.env.id,
+        strategy=cfg.actor.strategy.value,
+        latency=cfg.actor.latency.kind.value if cfg.actor.virtual_time else "wall-clock",
+        wall_s=round(time.perf_counter() - start, 2),
+    )
+    return summary
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    table = Table(title=f"{summary['env']}  strategy={summary['strategy']}  latency={summary['latency']}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    lo, hi = summary["ci95"]
+    rows = [
+        ("episodes", summary["episodes"]),
+        ("success rate", f"{summary['success_rate']:.1%}  (95% CI {lo:.1%}-{hi:.1%})"),
+        (
+            "mean time to success",
+            "-"
+            if summary["mean_time_to_success_s"] is None
+            else f"{summary['mean_time_to_success_s']:.2f} s",
+        ),
+        ("starved ticks", summary["starved_ticks"]),
+        ("action jerk (RMS)", f"{summary['jerk_rms']:.1f}"),
+        (
+            "mean delay",
+            "-" if summary["mean_delay_ticks"] is None else f"{summary['mean_delay_ticks']:.2f} ticks",
+        ),
+        ("missed deadlines", summary["missed_deadlines"]),
+        ("chunks refused", sum(summary["chunks_refused"].values())),
+    ]
+    if "jitter_p99_ms" in summary:
+        rows.append(
+            ("tick jitter p50 / p99", f"{summary['jitter_p50_ms']:.2f} / {summary['jitter_p99_ms']:.2f} ms")
+        )
+    for name, value in rows:
+        table.add_row(name, str(value))
+    Console().print(table)
+
+
+def eval_role(cfg: RobotRLConfig) -> int:
+    """`robotrl eval`: episodes without a learner; prints and writes the summary."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    summary = run_episodes(cfg, sink=None, title="eval")
+    print_summary(summary)
+    out = Path(cfg.run_dir) / "eval_summary.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2))
+    print(f"summary written to {out}", file=sys.stderr)
+    return 1 if summary["failures"] else 0

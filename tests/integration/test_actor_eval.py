@@ -1,0 +1,46 @@
+"""`robotrl eval` on the simulated SO-101, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROBOTRL = shutil.which("robotrl") or str(Path(sys.executable).parent / "robotrl")
+
+
+def run_eval(tmp_path: Path, *overrides: str) -> dict:
+    cmd = [
+        ROBOTRL,
+        "eval",
+        "policy=flow_tiny",
+        "env.cameras=[]",
+        "env.max_episode_ticks=60",
+        f"run_dir={tmp_path}",
+        *overrides,
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "success rate" in out.stdout
+    return json.loads((tmp_path / "eval_summary.json").read_text())
+
+
+@pytest.mark.timeout(300)
+def test_eval_in_virtual_time_writes_its_summary(tmp_path):
+    summary = run_eval(tmp_path, "actor.episodes=2", "actor.strategy=blend")
+    assert summary["episodes"] == 2 and summary["ticks"] == 120
+    assert summary["strategy"] == "blend" and summary["latency"] == "lognormal"
+    assert summary["starved_ticks"] == 0 and summary["failures"] == []
+    assert summary["mean_delay_ticks"] >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_eval_in_wall_clock_time_runs_the_policy_in_a_worker(tmp_path):
+    summary = run_eval(tmp_path, "actor.episodes=1", "actor.virtual_time=false")
+    assert summary["latency"] == "wall-clock" and summary["ticks"] == 60
+    assert "jitter_p99_ms" in summary and summary["failures"] == []
