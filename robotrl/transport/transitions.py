@@ -141,6 +141,7 @@ class TransitionSender:
             "spool_dir": cfg.spool_dir,
             "spool_max_bytes": cfg.spool_max_mb << 20,
             "max_inflight": cfg.max_inflight_batches,
+            "window": cfg.send_window,
             "heartbeat_s": cfg.heartbeat_s,
             "peer_timeout_s": cfg.peer_timeout_s,
             "keys": client_keys(cfg.keys_dir) if cfg.curve else None,
