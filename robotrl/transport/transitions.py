@@ -359,8 +359,9 @@ class TransitionSender:
 
 
 @dataclass(frozen=True)
-class _Item:
-    route: bytes
+class Received:
+    """A batch as handed to the learner, with where it sits in its actor's stream."""
+
     actor_id: str
     stream: str
     seq: int
@@ -387,11 +388,11 @@ class TransitionReceiver:
         self._clock = clock
         self._heartbeat_s = heartbeat_s
         self._peer_timeout_s = peer_timeout_s
-        self._queue: queue.Queue[_Item] = queue.Queue(maxsize=max_queue)
+        self._queue: queue.Queue[Received] = queue.Queue(maxsize=max_queue)
         self._queued: set[tuple[str, str, int]] = set()
         self._queued_lock = threading.Lock()
-        self._to_ack: collections.deque[_Item] = collections.deque()
-        self._held: _Item | None = None
+        self._to_ack: collections.deque[Received] = collections.deque()
+        self._held: Received | None = None
         self._actors: dict[str, Liveness] = {}
         self._routes: dict[str, bytes] = {}  # actor -> its newest connection, where acks go
         self._actors_lock = threading.Lock()
@@ -422,6 +423,11 @@ class TransitionReceiver:
 
     def recv(self, timeout_s: float) -> TransitionBatch | None:
         """The next new batch, or None after ``timeout_s``; acknowledges the batch handed out before."""
+        item = self.recv_item(timeout_s)
+        return item.batch if item is not None else None
+
+    def recv_item(self, timeout_s: float) -> Received | None:
+        """As :meth:`recv`, with the batch's actor, stream and sequence number."""
         self.commit()
         try:
             item = self._queue.get(timeout=max(0.0, timeout_s))
@@ -439,7 +445,7 @@ class TransitionReceiver:
             with self._queued_lock:
                 self._queued.discard((item.actor_id, item.stream, item.seq))
         self._held = item
-        return item.batch
+        return item
 
     def commit(self) -> None:
         """Acknowledge the batch handed out last (``recv`` does this itself)."""
@@ -522,7 +528,7 @@ class TransitionReceiver:
         stream = p.meta_str(message, "stream")
         batch = message_to_transition_batch(message)
         self._heard(message.sender, route)
-        item = _Item(route, message.sender, stream, message.seq, batch)
+        item = Received(message.sender, stream, message.seq, batch)
         key = (message.sender, stream, message.seq)
         with self._queued_lock:
             queued = key in self._queued
