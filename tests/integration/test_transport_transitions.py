@@ -272,3 +272,19 @@ def test_wrong_schema_version_is_refused_with_both_versions_named(caplog):
         ctx.term()
         rx.close()
     assert "schema version 99, this build speaks 1" in caplog.text
+
+
+def test_ipc_endpoints_work_like_tcp(tmp_path):
+    rx = TransitionReceiver(
+        f"ipc://{tmp_path}/transitions", heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S
+    )
+    tx = sender(rx.endpoint, "actor-0")
+    try:
+        for i in range(3):
+            tx.send(small_batch("actor-0", i))
+        got = drain(rx, lambda got: len(got) >= 3, 20)
+        assert tx.flush(10)
+    finally:
+        tx.close()
+        rx.close()
+    assert [q for _, _, q in got] == [0, 1, 2]
