@@ -162,6 +162,11 @@ class TransitionSender:
         self._counts.add("queued")
         return True
 
+    def backlog(self) -> int:
+        """Batches queued or awaiting their ack: a producer that may run ahead of the link
+        (a benchmark, a replay) keeps this bounded; the control loop just calls ``send``."""
+        return len(self._handoff) + len(self._entries)
+
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = self._counts.snapshot()
         out["unacked"] = len(self._entries)
@@ -193,8 +198,8 @@ class TransitionSender:
         try:
             while not self._stop.is_set():
                 self._take_handoff()
-                busy = bool(self._handoff)
-                if sock.poll(0 if busy else _POLL_MS, zmq.POLLIN):
+                more = bool(self._handoff) and self._in_memory < self._max_inflight
+                if sock.poll(0 if more else _POLL_MS, zmq.POLLIN):  # else wait for acks
                     self._receive(sock)
                 if self._live.beat_due():
                     self._send_ping(sock)
@@ -237,7 +242,12 @@ class TransitionSender:
             log.info("%s: %d spooled batches from earlier runs to send", self.actor_id, len(self._entries))
 
     def _take_handoff(self) -> None:
+        """Number and encode queued batches: into memory while there is room; to the spool
+        only while the learner is away or the hand-off queue is half full (a slow learner)."""
         while self._handoff:
+            room = self._in_memory < self._max_inflight
+            if not room and self._live.alive() and len(self._handoff) < self._max_queue // 2:
+                return
             batch = self._handoff.popleft()
             seq = self._next_seq
             self._next_seq += 1
