@@ -56,7 +56,9 @@ ROLES: tuple[Role, ...] = (
     ),
     Role("experiment", "run a named experiment (e.g. latency_sweep) as a Hydra multirun", None, issue=8),
     Role("bench", "run a benchmark: robotrl bench NAME [--quick]", "robotrl.bench:main", uses_config=False),
-    Role("keys", "generate CURVE key pairs: robotrl keys generate", None, uses_config=False, issue=6),
+    Role(
+        "keys", "generate CURVE key pairs: robotrl keys generate", "robotrl.wire.auth:main", uses_config=False
+    ),
     Role("profile-latency", "measure a policy's inference times into a latency profile", None, issue=9),
     Role("config", "print the composed, validated config for the given overrides", "robotrl.cli:show_config"),
 )

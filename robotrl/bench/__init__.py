@@ -17,6 +17,7 @@ from collections.abc import Sequence
 BENCHMARKS: dict[str, str] = {
     "codec": "robotrl.bench.codec",
     "sim": "robotrl.bench.sim",
+    "transport": "robotrl.bench.transport",
 }
 
 

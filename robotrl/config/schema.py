@@ -193,6 +193,10 @@ class TransportConfig:
     """Disk spool budget; beyond it batches are dropped and counted."""
     weights_subset: str = "trainable"
     """'trainable' (only the trained tensors) or 'full'."""
+    send_window: int = 16
+    """Transition batches sent and not yet acknowledged at once (credit-based flow control)."""
+    weights_piece_mb: int = 16
+    """Weight updates travel in pieces of about this many MB (a larger tensor goes alone)."""
     curve: bool = False
     """CURVE authentication and encryption (for links that cross hosts)."""
     keys_dir: str = "keys"
@@ -347,6 +351,10 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     out += _positive("transport.max_inflight_batches", t.max_inflight_batches)
     if t.spool_max_mb < 0:
         out.append(("transport.spool_max_mb", f"must be >= 0, got {t.spool_max_mb}"))
+    out += _positive("transport.send_window", t.send_window)
+    out += _positive("transport.weights_piece_mb", t.weights_piece_mb)
+    if t.curve and not t.keys_dir:
+        out.append(("transport.keys_dir", "curve is on, so a keys directory is needed"))
     if t.weights_subset not in ("trainable", "full"):
         out.append(("transport.weights_subset", f"must be 'trainable' or 'full', got {t.weights_subset!r}"))
     out += _pretrain_problems(cfg.pretrain)

@@ -10,11 +10,11 @@ Time is the integer control tick; the float timestamps are seconds for logs only
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+import blake3
 import numpy as np
 import numpy.typing as npt
 
@@ -217,12 +217,14 @@ class InferenceReply:
 
 
 def weights_digest(tensors: Mapping[str, npt.NDArray[np.generic]]) -> str:
-    """SHA-256 over names, dtypes, shapes and bytes, in name order.
+    """BLAKE3 over names, dtypes, shapes and bytes, in name order.
 
     Covers the layout as well as the values, so a reshaped or re-typed tensor with
-    the same bytes does not pass as the same update.
+    the same bytes does not pass as the same update. BLAKE3 (multi-threaded, about
+    3 GB/s here) rather than SHA-256 (about 0.35 GB/s) because both ends hash every
+    hot-swapped update: 200 MB of weights would cost over half a second per side.
     """
-    h = hashlib.sha256()
+    h = blake3.blake3(max_threads=blake3.blake3.AUTO)
     for name in sorted(tensors):
         arr = np.ascontiguousarray(tensors[name])
         h.update(name.encode())

@@ -1,0 +1,298 @@
+"""`robotrl bench transport`: transitions per second, actor process to learner process, tcp loopback.
+
+Three transports carry the same transitions in the same run, each between two
+fresh processes (spawned, so nothing is shared but the socket):
+
+- **robotrl**: :class:`TransitionSender` to :class:`TransitionReceiver`, sequence
+  numbers, acks, validation of every message, batches of 64; the learner takes every
+  batch through ``recv``. Lost = transitions the actor sent minus those the learner
+  received (each sequence number counted once).
+- **raw pyzmq**: PUSH/PULL of exactly the frames robotrl sends (encoded once), no
+  acks, no decoding: the ceiling for these bytes on this socket.
+- **lerobot**: its HIL-SERL path. The actor builds lerobot ``Transition`` dicts (float32
+  images, next state included, as its actor does), ``torch.save`` s each batch and
+  streams it through ``send_bytes_in_chunks`` over its gRPC ``LearnerService.SendTransitions``;
+  the learner's own ``LearnerService`` puts the bytes on a queue and the learner loop
+  ``torch.load`` s them (``bytes_to_transitions``), as ``process_transitions`` does.
+
+Payloads: state only (224 floats plus the other columns, about 1 KB per transition)
+and state plus two 96x96 RGB cameras. Throughput is transitions delivered divided
+by the time from the actor's first send to the learner's last receipt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import queue
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from robotrl.bench.codec import CAMERAS, make_transitions
+from robotrl.bench.report import report
+from robotrl.core.batch import TransitionBatch
+from robotrl.transport.transitions import TransitionReceiver, TransitionSender
+
+BATCH = 64
+_TIMEOUT_S = 300.0
+
+
+def _batch(cameras: tuple[str, ...]) -> TransitionBatch:
+    return TransitionBatch.from_transitions(make_transitions(BATCH, cameras, np.random.default_rng(0)))
+
+
+# -- robotrl ---------------------------------------------------------------------------------
+
+
+def _ours_learner(conn: Connection, n_batches: int) -> None:
+    rx = TransitionReceiver("tcp://127.0.0.1:0")
+    conn.send(rx.endpoint)
+    got = 0
+    deadline = time.monotonic() + _TIMEOUT_S
+    while got < n_batches * BATCH and time.monotonic() < deadline:
+        batch = rx.recv(1.0)
+        if batch is not None:
+            got += len(batch)
+    rx.commit()
+    end = time.monotonic()
+    unique = sum(a.received for a in rx.ledger.accounts()) * BATCH
+    conn.send({"end": end, "received": unique})
+    conn.recv()  # the actor has its acks: close
+    rx.close()
+
+
+def _ours_actor(conn: Connection, endpoint: str, cameras: tuple[str, ...], n_batches: int) -> None:
+    batch = _batch(cameras)
+    tx = TransitionSender(endpoint, "actor-0", window=16, max_inflight=64)
+    deadline = time.monotonic() + 30
+    while not tx.stats()["learner_alive"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    start = time.monotonic()
+    sent = 0
+    while sent < n_batches:
+        if tx.backlog() < 32 and tx.send(batch):  # stay within what the link carries: no spooling
+            sent += 1
+        else:
+            time.sleep(0.0005)
+    tx.flush(60)
+    conn.send({"start": start, "sent": sent * BATCH, "stats": tx.stats()})
+    tx.close()
+
+
+# -- raw pyzmq -------------------------------------------------------------------------------
+
+
+def _raw_learner(conn: Connection, n_batches: int) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    conn.send(f"tcp://127.0.0.1:{port}")
+    got = 0
+    while got < n_batches * BATCH and pull.poll(int(_TIMEOUT_S * 1000)):
+        pull.recv_multipart(copy=False)
+        got += BATCH
+    conn.send({"end": time.monotonic(), "received": got})
+    conn.recv()
+    pull.close(linger=0)
+    ctx.term()
+
+
+def _raw_actor(conn: Connection, endpoint: str, cameras: tuple[str, ...], n_batches: int) -> None:
+    import zmq
+
+    from robotrl.wire.codec import encode
+    from robotrl.wire.messages import transition_batch_to_message
+
+    frames = encode(transition_batch_to_message(_batch(cameras), 0))
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.connect(endpoint)
+    start = time.monotonic()
+    for _ in range(n_batches):
+        push.send_multipart(frames, copy=False)
+    conn.send({"start": start, "sent": n_batches * BATCH, "stats": {}})
+    push.close(linger=-1)
+    ctx.term()
+
+
+# -- lerobot ---------------------------------------------------------------------------------
+
+
+def _lerobot_learner(conn: Connection, n_batches: int) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+    from lerobot.rl.learner_service import MAX_WORKERS, LearnerService
+    from lerobot.transport import services_pb2_grpc
+    from lerobot.transport.utils import MAX_MESSAGE_SIZE, bytes_to_transitions
+
+    shutdown = threading.Event()
+    transitions: queue.Queue[bytes] = queue.Queue()
+    service = LearnerService(shutdown, queue.Queue(), 4.0, transitions, queue.Queue())
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=MAX_WORKERS),
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
+            ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
+        ],
+    )
+    services_pb2_grpc.add_LearnerServiceServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    conn.send(f"127.0.0.1:{port}")
+    got = 0
+    deadline = time.monotonic() + _TIMEOUT_S
+    while got < n_batches * BATCH and time.monotonic() < deadline:
+        try:
+            buffer = transitions.get(timeout=1.0)
+        except queue.Empty:
+            continue
+        got += len(bytes_to_transitions(buffer))
+    conn.send({"end": time.monotonic(), "received": got})
+    conn.recv()
+    shutdown.set()
+    server.stop(0)
+
+
+def _lerobot_transitions(cameras: tuple[str, ...]) -> list[Any]:
+    """lerobot HIL-SERL transitions of the same content: float32 CHW images in [0, 1]."""
+    import torch
+
+    out = []
+    for t in make_transitions(BATCH, cameras, np.random.default_rng(0)):
+        state = {"observation.state": torch.from_numpy(t.observation.state)[None]}
+        for cam, img in t.observation.images.items():
+            chw = torch.from_numpy(img).permute(2, 0, 1).float().div(255.0)[None]
+            state[f"observation.images.{cam}"] = chw
+        out.append(
+            {
+                "state": state,
+                "action": torch.from_numpy(t.action)[None],
+                "reward": float(t.reward),
+                "next_state": {k: v.clone() for k, v in state.items()},
+                "done": bool(t.terminated),
+                "truncated": bool(t.truncated),
+                "complementary_info": {"discrete_penalty": torch.tensor([0.0])},
+            }
+        )
+    return out
+
+
+def _lerobot_actor(conn: Connection, endpoint: str, cameras: tuple[str, ...], n_batches: int) -> None:
+    import grpc
+    from lerobot.rl.actor import push_transitions_to_transport_queue, transitions_stream
+    from lerobot.transport import services_pb2, services_pb2_grpc
+    from lerobot.transport.utils import grpc_channel_options
+
+    transitions = _lerobot_transitions(cameras)
+    channel = grpc.insecure_channel(endpoint, grpc_channel_options())
+    stub = services_pb2_grpc.LearnerServiceStub(channel)
+    stub.Ready(services_pb2.Empty(), timeout=30)
+    outbox: queue.Queue[bytes] = queue.Queue(maxsize=4)
+    shutdown = threading.Event()
+
+    def stream_all() -> None:  # as lerobot's send_transitions: the stream ends with an RpcError at close
+        with contextlib.suppress(grpc.RpcError):
+            stub.SendTransitions(transitions_stream(shutdown, outbox, 0.01))
+
+    stream = threading.Thread(target=stream_all, daemon=True)
+    start = time.monotonic()
+    stream.start()
+    for _ in range(n_batches):
+        # Its actor moves every transition to the CPU, checks for NaN and torch.saves the list.
+        push_transitions_to_transport_queue([dict(t) for t in transitions], outbox)
+    conn.send({"start": start, "sent": n_batches * BATCH, "stats": {}})
+    conn.recv()  # the learner has everything
+    shutdown.set()
+    stream.join(timeout=10)
+    channel.close()
+
+
+# -- driver ----------------------------------------------------------------------------------
+
+
+def measure(kind: str, cameras: tuple[str, ...], n_batches: int) -> dict[str, Any]:
+    """Run one learner and one actor process; transitions per second and lost transitions."""
+    learner_fn, actor_fn = {
+        "robotrl": (_ours_learner, _ours_actor),
+        "raw_zmq": (_raw_learner, _raw_actor),
+        "lerobot": (_lerobot_learner, _lerobot_actor),
+    }[kind]
+    ctx = mp.get_context("spawn")
+    l_conn, l_child = ctx.Pipe()
+    a_conn, a_child = ctx.Pipe()
+    learner = ctx.Process(target=learner_fn, args=(l_child, n_batches), daemon=True)
+    learner.start()
+    try:
+        if not l_conn.poll(60):
+            raise RuntimeError(f"{kind} learner did not start")
+        endpoint = l_conn.recv()
+        actor = ctx.Process(target=actor_fn, args=(a_child, endpoint, cameras, n_batches), daemon=True)
+        actor.start()
+        try:
+            if not l_conn.poll(_TIMEOUT_S) or not a_conn.poll(60):
+                raise RuntimeError(f"{kind}: no result within {_TIMEOUT_S}s")
+            got, sent = l_conn.recv(), a_conn.recv()
+            a_conn.send("done")
+            l_conn.send("done")
+            actor.join(30)
+        finally:
+            if actor.is_alive():
+                actor.kill()
+        learner.join(30)
+    finally:
+        if learner.is_alive():
+            learner.kill()
+    seconds = got["end"] - sent["start"]
+    return {
+        "tps": got["received"] / seconds,
+        "lost": sent["sent"] - got["received"],
+        "sent": sent["sent"],
+        "stats": sent["stats"],
+    }
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    counts = {  # batches of 64 per transport and payload
+        ("state", "robotrl"): 100 if quick else 400,
+        ("state", "raw_zmq"): 100 if quick else 400,
+        ("state", "lerobot"): 10 if quick else 40,
+        ("image", "robotrl"): 30 if quick else 120,
+        ("image", "raw_zmq"): 30 if quick else 120,
+        ("image", "lerobot"): 4 if quick else 15,
+    }
+    rows = []
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    for payload, cameras in (("state", ()), ("image", CAMERAS)):
+        for kind in ("robotrl", "raw_zmq", "lerobot"):
+            r = results[(payload, kind)] = measure(kind, cameras, counts[(payload, kind)])
+            rows.append([payload, kind, r["sent"], r["tps"], r["lost"]])
+    ours_img, raw_img, le_img = (results[("image", k)] for k in ("robotrl", "raw_zmq", "lerobot"))
+    result: dict[str, Any] = {
+        "bench": "transport",
+        "state_tps": round(results[("state", "robotrl")]["tps"]),
+        "image_tps": round(ours_img["tps"]),
+        "ratio_vs_raw_zmq": round(ours_img["tps"] / raw_img["tps"], 3),
+        "lost": results[("state", "robotrl")]["lost"] + ours_img["lost"],
+        "lerobot_image_tps": round(le_img["tps"], 1),
+        "state_ratio_vs_raw_zmq": round(
+            results[("state", "robotrl")]["tps"] / results[("state", "raw_zmq")]["tps"], 3
+        ),
+        "raw_zmq_image_tps": round(raw_img["tps"]),
+        "lerobot_state_tps": round(results[("state", "lerobot")]["tps"], 1),
+        "image_vs_lerobot": round(ours_img["tps"] / le_img["tps"], 1),
+    }
+    report(
+        f"transport: actor process -> learner process, tcp loopback, batches of {BATCH} "
+        f"({'quick' if quick else 'full'} run)",
+        ["payload", "transport", "transitions sent", "transitions/s", "lost"],
+        rows,
+        result,
+    )
+    return result

@@ -1,0 +1,157 @@
+"""The learner's account of every sequence number of every actor stream.
+
+A stream is one incarnation of one actor (``actor_id`` plus a random session
+id chosen when the actor process starts), numbered from 0. For each stream the
+ledger keeps the received sequence numbers as sorted disjoint ranges, counts
+duplicates, and knows how far the actor says it has numbered, so it can list
+what is missing. It serialises to JSON so a learner can checkpoint it beside its
+replay buffer and drop, after a restart, batches its previous life already took.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+
+class RangeSet:
+    """Sorted disjoint half-open integer ranges [lo, hi)."""
+
+    def __init__(self, ranges: list[tuple[int, int]] | None = None) -> None:
+        self._lo: list[int] = []
+        self._hi: list[int] = []
+        for lo, hi in ranges or []:
+            self.add_range(lo, hi)
+
+    def __contains__(self, x: int) -> bool:
+        i = bisect.bisect_right(self._lo, x) - 1
+        return i >= 0 and x < self._hi[i]
+
+    def add(self, x: int) -> bool:
+        """Add ``x``; False when it was already present."""
+        if x in self:
+            return False
+        self.add_range(x, x + 1)
+        return True
+
+    def add_range(self, lo: int, hi: int) -> None:
+        if hi <= lo:
+            return
+        i = bisect.bisect_left(self._hi, lo)  # first range that ends at or after lo
+        j = bisect.bisect_right(self._lo, hi)  # ranges [i, j) touch [lo, hi]
+        if i < j:
+            lo = min(lo, self._lo[i])
+            hi = max(hi, self._hi[j - 1])
+        self._lo[i:j] = [lo]
+        self._hi[i:j] = [hi]
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return list(zip(self._lo, self._hi, strict=True))
+
+    def count(self) -> int:
+        return sum(h - lo for lo, h in zip(self._lo, self._hi, strict=True))
+
+    def gaps(self, upto: int) -> list[tuple[int, int]]:
+        """Ranges in [0, upto) that are not in the set."""
+        out, at = [], 0
+        for lo, hi in self.ranges():
+            if lo >= upto:
+                break
+            if lo > at:
+                out.append((at, lo))
+            at = max(at, hi)
+        if at < upto:
+            out.append((at, upto))
+        return out
+
+
+@dataclass(frozen=True)
+class StreamAccount:
+    """What the learner knows about one actor stream."""
+
+    actor_id: str
+    stream: str
+    received: int
+    duplicates: int
+    numbered: int
+    """Sequence numbers the actor says it has assigned (0 .. numbered-1)."""
+    missing: list[tuple[int, int]]
+    """Ranges below ``numbered`` never received (still in flight, or dropped by the actor)."""
+
+
+class SeqLedger:
+    """Thread-safe per-stream record of received sequence numbers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._got: dict[tuple[str, str], RangeSet] = {}
+        self._dups: dict[tuple[str, str], int] = {}
+        self._numbered: dict[tuple[str, str], int] = {}
+
+    def record(self, actor_id: str, stream: str, seq: int) -> bool:
+        """Note ``seq`` as received; False (and a duplicate counted) when it was already."""
+        key = (actor_id, stream)
+        with self._lock:
+            got = self._got.setdefault(key, RangeSet())
+            if got.add(seq):
+                self._numbered[key] = max(self._numbered.get(key, 0), seq + 1)
+                return True
+            self._dups[key] = self._dups.get(key, 0) + 1
+            return False
+
+    def seen(self, actor_id: str, stream: str, seq: int) -> bool:
+        with self._lock:
+            got = self._got.get((actor_id, stream))
+            return got is not None and seq in got
+
+    def numbered(self, actor_id: str, stream: str, upto: int) -> None:
+        """The actor reports it has assigned sequence numbers below ``upto``."""
+        key = (actor_id, stream)
+        with self._lock:
+            self._got.setdefault(key, RangeSet())
+            self._numbered[key] = max(self._numbered.get(key, 0), upto)
+
+    def accounts(self) -> list[StreamAccount]:
+        with self._lock:
+            return [
+                StreamAccount(
+                    actor_id,
+                    stream,
+                    got.count(),
+                    self._dups.get((actor_id, stream), 0),
+                    self._numbered.get((actor_id, stream), 0),
+                    got.gaps(self._numbered.get((actor_id, stream), 0)),
+                )
+                for (actor_id, stream), got in sorted(self._got.items())
+            ]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able snapshot (for the learner's checkpoint)."""
+        with self._lock:
+            return {
+                "version": 1,
+                "streams": [
+                    {
+                        "actor_id": a,
+                        "stream": s,
+                        "received": [list(r) for r in got.ranges()],
+                        "duplicates": self._dups.get((a, s), 0),
+                        "numbered": self._numbered.get((a, s), 0),
+                    }
+                    for (a, s), got in sorted(self._got.items())
+                ],
+            }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SeqLedger:
+        if data.get("version") != 1:
+            raise ValueError(f"ledger format version {data.get('version')!r}, this build reads 1")
+        ledger = cls()
+        for entry in data["streams"]:
+            key = (str(entry["actor_id"]), str(entry["stream"]))
+            ledger._got[key] = RangeSet([(int(lo), int(hi)) for lo, hi in entry["received"]])
+            ledger._dups[key] = int(entry["duplicates"])
+            ledger._numbered[key] = int(entry["numbered"])
+        return ledger

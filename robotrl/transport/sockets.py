@@ -1,0 +1,73 @@
+"""Socket setup shared by both links: options, CURVE, binding to OS-assigned ports.
+
+Every socket gets ``LINGER 0`` (closing never waits on a dead peer) and short
+reconnect intervals (a restarted peer is found again within about a second).
+With keys, the binding side is a CURVE server whose ZAP handler accepts only the
+public keys in the authorized directory; the connecting side is a CURVE client.
+A peer without CURVE, or with a key not authorized, never completes the handshake:
+its messages are never delivered.
+"""
+
+from __future__ import annotations
+
+import re
+
+import zmq
+import zmq.auth.thread
+
+from robotrl.wire.auth import ClientKeys, ServerKeys
+
+
+def _common(sock: zmq.Socket[bytes]) -> None:
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RECONNECT_IVL, 100)
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+
+
+def server_socket(
+    ctx: zmq.Context[zmq.Socket[bytes]], kind: int, keys: ServerKeys | None
+) -> zmq.Socket[bytes]:
+    """A binding socket; a CURVE server when ``keys`` is given (start the authenticator first)."""
+    sock = ctx.socket(kind)
+    _common(sock)
+    if keys is not None:
+        sock.curve_secretkey = keys.secret
+        sock.curve_publickey = keys.public
+        sock.curve_server = True
+    return sock
+
+
+def client_socket(
+    ctx: zmq.Context[zmq.Socket[bytes]], kind: int, keys: ClientKeys | None
+) -> zmq.Socket[bytes]:
+    """A connecting socket that queues nothing for a peer it is not connected to."""
+    sock = ctx.socket(kind)
+    _common(sock)
+    sock.setsockopt(zmq.IMMEDIATE, 1)
+    if keys is not None:
+        sock.curve_secretkey = keys.secret
+        sock.curve_publickey = keys.public
+        sock.curve_serverkey = keys.server_public
+    return sock
+
+
+def start_authenticator(
+    ctx: zmq.Context[zmq.Socket[bytes]], keys: ServerKeys | None
+) -> zmq.auth.thread.ThreadAuthenticator | None:
+    """The ZAP handler of ``ctx`` that admits only authorized CURVE clients; None without keys."""
+    if keys is None:
+        return None
+    auth = zmq.auth.thread.ThreadAuthenticator(ctx)
+    auth.start()
+    auth.configure_curve(domain="*", location=str(keys.authorized_dir))
+    return auth
+
+
+_PORT_ZERO = re.compile(r"^(tcp://.+):0$")
+
+
+def bind(sock: zmq.Socket[bytes], endpoint: str) -> str:
+    """Bind ``endpoint`` (``tcp://host:0`` picks a free port) and return the endpoint bound."""
+    sock.bind(_PORT_ZERO.sub(r"\1:*", endpoint))
+    bound = sock.getsockopt(zmq.LAST_ENDPOINT)
+    return bound.decode() if isinstance(bound, bytes) else str(bound)

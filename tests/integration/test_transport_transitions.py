@@ -1,0 +1,294 @@
+"""The transition stream between real processes over real sockets: nothing lost, nothing twice."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import msgpack
+import zmq
+
+from robotrl.transport import protocol as p
+from robotrl.transport.transitions import TransitionReceiver, TransitionSender
+from robotrl.wire.codec import Message, encode
+from robotrl.wire.messages import transition_batch_to_message
+
+sys.path.insert(0, str(Path(__file__).parent))
+from transport_peers import HEARTBEAT_S, TIMEOUT_S, small_batch
+
+PEERS = str(Path(__file__).with_name("transport_peers.py"))
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, PEERS, *args], stdout=subprocess.PIPE, text=True)
+
+
+def lines(path: Path) -> list[tuple[str, str, int]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        actor, stream, seq = line.split()
+        out.append((actor, stream, int(seq)))
+    return out
+
+
+LINK = {"heartbeat_s": HEARTBEAT_S, "peer_timeout_s": TIMEOUT_S}
+
+
+def free_endpoint() -> str:
+    """A loopback endpoint with nobody listening (the OS picked the port)."""
+    ctx = zmq.Context()
+    probe = ctx.socket(zmq.ROUTER)
+    port = probe.bind_to_random_port("tcp://127.0.0.1")
+    probe.close(linger=0)
+    ctx.term()
+    return f"tcp://127.0.0.1:{port}"
+
+
+def receiver(**kwargs: object) -> TransitionReceiver:
+    return TransitionReceiver(
+        "tcp://127.0.0.1:0", heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S, **kwargs
+    )
+
+
+def sender(endpoint: str, actor_id: str, **kwargs: object) -> TransitionSender:
+    return TransitionSender(endpoint, actor_id, heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S, **kwargs)
+
+
+def drain(rx: TransitionReceiver, until: Callable[[list[tuple[str, str, int]]], bool], timeout_s: float):
+    got: list[tuple[str, str, int]] = []
+    deadline = time.monotonic() + timeout_s
+    while not until(got):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out; received {len(got)} batches")
+        item = rx.recv_item(0.1)
+        if item is not None:
+            got.append((item.actor_id, item.stream, item.seq))
+    rx.commit()
+    return got
+
+
+def test_learner_killed_and_restarted_mid_stream_gets_every_sequence_number_once(tmp_path):
+    out = tmp_path / "received.txt"
+    first = spawn("learner", "tcp://127.0.0.1:0", str(out))
+    wait_for(lambda: out.with_suffix(".endpoint").exists(), 30, "the learner to bind")
+    endpoint = out.with_suffix(".endpoint").read_text()
+    n = 120
+    act = spawn("actor", endpoint, "actor-0", str(n), "0.01", str(tmp_path / "spool"))
+    try:
+        wait_for(lambda: len(lines(out)) >= 30, 60, "the first batches")
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        killed_at = len(lines(out))
+        assert killed_at < n, "the stream ended before the kill; nothing was tested"
+        second = spawn("learner", endpoint, str(out))
+        try:
+            stdout, _ = act.communicate(timeout=120)
+            stats = json.loads(stdout.strip().splitlines()[-1])
+        finally:
+            second.send_signal(signal.SIGKILL)
+            second.wait(10)
+    finally:
+        act.kill()
+        first.kill()
+    got = lines(out)
+    counts = Counter((s, q) for _, s, q in got)
+    assert [k for k, c in counts.items() if c > 1] == []
+    assert sorted(q for _, _, q in got) == list(range(n))
+    assert stats["flushed"] and stats["acked"] == n
+
+
+def test_actor_killed_and_restarted_the_learner_keeps_going(tmp_path):
+    rx = receiver()
+    try:
+        doomed = spawn("actor", rx.endpoint, "actor-0", "1000", "0.01", str(tmp_path / "spool"))
+        first = drain(rx, lambda got: len(got) >= 10, 60)
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(10)
+        wait_for(
+            lambda: not rx.actors_alive().get("actor-0", True), 10, "the learner to notice the dead actor"
+        )
+        again = spawn("actor", rx.endpoint, "actor-0", "20", "0.0", str(tmp_path / "spool"))
+        streams = {first[0][1]}
+        second = drain(rx, lambda got: sum(1 for g in got if g[1] not in streams) >= 20, 60)
+        again.communicate(timeout=60)
+    finally:
+        rx.close()
+    new = sorted(q for _, s, q in second if s not in streams)
+    assert new == list(range(20))
+    accounts = {a.stream: a for a in rx.ledger.accounts()}
+    assert len(accounts) == 2 and accounts[second[-1][1]].missing == []
+
+
+def test_several_actors_to_one_learner_are_accounted_separately(tmp_path):
+    rx = receiver()
+    actors = [
+        spawn("actor", rx.endpoint, f"actor-{i}", "15", "0.0", str(tmp_path / "spool")) for i in range(2)
+    ]
+    try:
+        got = drain(rx, lambda got: len(got) >= 30, 60)
+        for a in actors:
+            assert json.loads(a.communicate(timeout=60)[0].strip().splitlines()[-1])["flushed"]
+    finally:
+        for a in actors:
+            a.kill()
+        rx.close()
+    per_actor = {a: sorted(q for x, _, q in got if x == a) for a in ("actor-0", "actor-1")}
+    assert per_actor == {"actor-0": list(range(15)), "actor-1": list(range(15))}
+    accounts = rx.ledger.accounts()
+    assert [(a.actor_id, a.received, a.duplicates, a.missing) for a in accounts] == [
+        ("actor-0", 15, 0, []),
+        ("actor-1", 15, 0, []),
+    ]
+
+
+def test_batches_wait_in_the_spool_while_the_learner_is_away(tmp_path):
+    endpoint = free_endpoint()  # nobody listening: the learner is away
+    tx = sender(endpoint, "actor-0", spool_dir=tmp_path, max_inflight=4)
+    try:
+        assert all(tx.send(small_batch("actor-0", i)) for i in range(20))  # never waits
+        wait_for(lambda: tx.stats()["spooled"] == 16, 10, "batches beyond memory to reach the spool")
+        assert len(list((tmp_path / "actor-0").glob("*.rrspool"))) == 16
+        rx = TransitionReceiver(endpoint, heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
+        try:
+            got = drain(rx, lambda got: len(got) >= 20, 30)
+            assert tx.flush(10)
+        finally:
+            rx.close()
+    finally:
+        tx.close()
+    assert sorted(q for _, _, q in got) == list(range(20))
+    assert list((tmp_path / "actor-0").glob("*.rrspool")) == []  # acked batches leave the spool
+
+
+def test_spool_left_by_a_dead_actor_is_sent_by_its_next_life(tmp_path):
+    endpoint = free_endpoint()  # nobody listening: the learner is away
+    first = sender(endpoint, "actor-0", spool_dir=tmp_path, max_inflight=1)
+    for i in range(5):
+        first.send(small_batch("actor-0", i))
+    wait_for(lambda: first.stats()["spooled"] == 4, 10, "spooling")
+    first.close()  # dies with one batch in memory (lost, and accounted as missing) and 4 on disk
+    second = sender(endpoint, "actor-0", spool_dir=tmp_path)
+    rx = TransitionReceiver(endpoint, heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
+    try:
+        got = drain(rx, lambda got: len(got) >= 4, 30)
+    finally:
+        rx.close()
+        second.close()
+    assert sorted(q for _, s, q in got if s == first.stream) == [1, 2, 3, 4]
+
+
+def test_when_the_spool_is_full_batches_are_dropped_and_the_learner_sees_them_missing(tmp_path):
+    endpoint = free_endpoint()
+    # The learner is away; memory for one batch, disk for none: batches 1..5 are dropped, counted.
+    tx = sender(endpoint, "actor-0", spool_dir=tmp_path, spool_max_bytes=0, max_inflight=1)
+    try:
+        for i in range(6):
+            tx.send(small_batch("actor-0", i))
+        wait_for(lambda: tx.stats()["dropped"] == 5, 10, "batches beyond the budgets to be dropped")
+        rx = TransitionReceiver(endpoint, **LINK)
+        try:
+            got = drain(rx, lambda got: len(got) >= 1, 20)
+            assert tx.flush(10)
+            wait_for(lambda: rx.ledger.accounts()[0].numbered == 6, 10, "the actor's ping")
+        finally:
+            rx.close()
+    finally:
+        tx.close()
+    account = rx.ledger.accounts()[0]
+    assert account.received == len(got) == 1
+    assert account.missing == [(1, 6)]
+
+
+def _raw_dealer(ctx: zmq.Context, endpoint: str) -> zmq.Socket:
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    return sock
+
+
+def test_corrupted_truncated_and_replayed_messages_are_rejected_and_counted():
+    rx = receiver()
+    ctx = zmq.Context()
+    raw = _raw_dealer(ctx, rx.endpoint)
+    batch = small_batch("mallory", 0)
+    good = transition_batch_to_message(batch, 0)
+    frames = [
+        bytes(f)
+        for f in encode(Message(good.kind, good.sender, 0, good.arrays, {**good.meta, "stream": "s1"}))
+    ]
+    try:
+        raw.send_multipart([b"\xc1garbage", *frames[1:]])  # corrupted header
+        raw.send_multipart([frames[0], frames[1][:-3], *frames[2:]])  # a truncated array
+        raw.send_multipart(frames)
+        raw.send_multipart(frames)  # replayed
+        wait_for(
+            lambda: rx.stats()["duplicates"] >= 1 and rx.stats()["rejected_truncated"] >= 1, 10, "rejections"
+        )
+        assert rx.recv(1.0) is not None and rx.recv(0.2) is None  # exactly one delivered
+    finally:
+        raw.close()
+        ctx.term()
+        rx.close()
+    stats = rx.stats()
+    assert (
+        stats["rejected_header"],
+        stats["rejected_truncated"],
+        stats["duplicates"],
+        stats["received"],
+    ) == (
+        1,
+        1,
+        1,
+        1,
+    )
+
+
+def test_wrong_schema_version_is_refused_with_both_versions_named(caplog):
+    rx = receiver()
+    ctx = zmq.Context()
+    raw = _raw_dealer(ctx, rx.endpoint)
+    header = msgpack.packb(
+        {"v": 99, "kind": p.PING, "sender": "old-actor", "seq": 0, "meta": {}, "arrays": []}
+    )
+    try:
+        with caplog.at_level(logging.WARNING):
+            raw.send_multipart([header])
+            wait_for(lambda: rx.stats()["rejected_schema_version"] == 1, 10, "the rejection")
+    finally:
+        raw.close()
+        ctx.term()
+        rx.close()
+    assert "schema version 99, this build speaks 1" in caplog.text
+
+
+def test_ipc_endpoints_work_like_tcp(tmp_path):
+    rx = TransitionReceiver(
+        f"ipc://{tmp_path}/transitions", heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S
+    )
+    tx = sender(rx.endpoint, "actor-0")
+    try:
+        for i in range(3):
+            tx.send(small_batch("actor-0", i))
+        got = drain(rx, lambda got: len(got) >= 3, 20)
+        assert tx.flush(10)
+    finally:
+        tx.close()
+        rx.close()
+    assert [q for _, _, q in got] == [0, 1, 2]

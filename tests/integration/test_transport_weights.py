@@ -1,0 +1,184 @@
+"""The weight channel between real processes: latest wins, pieces, verification, restarts."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robotrl.transport.hotswap import HotSwapper, WeightSlots, expected_layout, module_tensors
+from robotrl.transport.weights import WeightPublisher, WeightSubscriber
+
+sys.path.insert(0, str(Path(__file__).parent))
+from transport_peers import HEARTBEAT_S, TIMEOUT_S
+
+PEERS = str(Path(__file__).with_name("transport_peers.py"))
+LAYOUT = {"w": ((64, 64), np.dtype(np.float32)), "b": ((64,), np.dtype(np.float32))}
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> object:
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.02)
+    return value
+
+
+def start_publisher(out: Path, endpoint: str, versions: int) -> tuple[subprocess.Popen[bytes], str]:
+    out.with_suffix(".endpoint").unlink(missing_ok=True)
+    proc = subprocess.Popen([sys.executable, PEERS, "publisher", endpoint, str(out), str(versions)])
+    wait_for(lambda: out.with_suffix(".endpoint").exists(), 30, "the publisher to bind")
+    return proc, out.with_suffix(".endpoint").read_text()
+
+
+def subscriber(endpoint: str, **kwargs: object) -> WeightSubscriber:
+    return WeightSubscriber(endpoint, heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S, **kwargs)
+
+
+def test_a_late_subscriber_gets_only_the_newest_version(tmp_path):
+    pub, endpoint = start_publisher(tmp_path / "pub", "tcp://127.0.0.1:0", versions=5)
+    sub = subscriber(endpoint, expected=LAYOUT)
+    try:
+        update = sub.recv(20.0)
+        assert update is not None and update.version == 104
+        assert float(update.tensors["w"][0, 0]) == 4.0
+        assert sub.recv(0.5) is None  # no backlog follows
+        assert sub.stats()["pieces"] == 1
+    finally:
+        sub.close()
+        pub.kill()
+
+
+def test_a_restarted_publisher_is_noticed_and_picked_up_again(tmp_path):
+    pub, endpoint = start_publisher(tmp_path / "pub", "tcp://127.0.0.1:0", versions=1)
+    sub = subscriber(endpoint, expected=LAYOUT)
+    try:
+        assert sub.recv(20.0) is not None
+        pub.send_signal(signal.SIGKILL)
+        pub.wait(10)
+        wait_for(
+            lambda: not sub.stats()["publisher_alive"], 5 * TIMEOUT_S, "the dead publisher to be noticed"
+        )
+        pub, _ = start_publisher(tmp_path / "pub", endpoint, versions=3)
+        update = sub.recv(20.0)
+        assert update is not None and update.version == 102  # its newest, though its versions restarted
+    finally:
+        sub.close()
+        pub.kill()
+
+
+def test_a_large_update_arrives_in_pieces_and_is_reassembled_exactly():
+    rng = np.random.default_rng(0)
+    tensors = {f"layer{i}.w": rng.standard_normal((256, 256), dtype=np.float32) for i in range(10)}
+    layout = {k: (v.shape, v.dtype) for k, v in tensors.items()}
+    pub = WeightPublisher(
+        "tcp://127.0.0.1:0", piece_bytes=600_000, heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S
+    )
+    sub = subscriber(pub.endpoint, expected=layout)
+    try:
+        pub.publish(tensors)
+        update = sub.recv(20.0)
+    finally:
+        sub.close()
+        pub.close()
+    assert update is not None and sub.stats()["pieces"] == 5
+    for name, arr in tensors.items():
+        np.testing.assert_array_equal(update.tensors[name], arr)
+
+
+def test_a_trainable_subset_installs_only_those_tensors():
+    torch.manual_seed(0)
+    learner = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4))
+    learner[0].requires_grad_(False)  # a frozen backbone
+    actor = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4))
+    pub = WeightPublisher("tcp://127.0.0.1:0", heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
+    sub = subscriber(pub.endpoint, expected=expected_layout(actor))
+    try:
+        pub.publish(module_tensors(learner, trainable_only=True), subset="trainable")
+        update = sub.recv(20.0)
+    finally:
+        sub.close()
+        pub.close()
+    assert update is not None and sorted(update.tensors) == ["1.bias", "1.weight"]
+    frozen_before = actor[0].weight.clone()
+    slots = WeightSlots(actor, torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)))
+    from robotrl.transport.hotswap import install
+
+    install(slots.active, update)
+    assert torch.equal(actor[1].weight, learner[1].weight) and torch.equal(actor[0].weight, frozen_before)
+
+
+def test_nan_or_wrong_shape_updates_are_refused_the_old_weights_stay_and_inference_goes_on():
+    torch.manual_seed(0)
+    make = lambda: torch.nn.Linear(16, 4)  # noqa: E731
+    learner, active, spare = make(), make(), make()
+    pub = WeightPublisher(
+        "tcp://127.0.0.1:0", start_version=1, heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S
+    )
+    sub = subscriber(pub.endpoint, expected=expected_layout(active))
+    slots = WeightSlots(active, spare)
+    swapper = HotSwapper(sub, slots)
+    x = torch.ones(1, 16)
+    try:
+        good = pub.publish(module_tensors(learner))
+        assert wait_for(swapper.poll, 20, "the first update") == good
+        before = slots.active(x).detach().clone()
+        nan = {k: v.copy() for k, v in module_tensors(learner).items()}
+        nan["weight"][0, 0] = np.nan
+        pub.publish(nan)
+        wait_for(lambda: sub.stats()["refused_non_finite"] == 1, 20, "the NaN update to be refused")
+        pub.publish({"weight": np.zeros((4, 15), np.float32), "bias": np.zeros(4, np.float32)})
+        wait_for(lambda: sub.stats()["refused_shape"] == 1, 20, "the wrong shape to be refused")
+        pub.publish({"weight": np.zeros((4, 16), np.float64), "bias": np.zeros(4, np.float32)})
+        wait_for(lambda: sub.stats()["refused_dtype"] == 1, 20, "the wrong dtype to be refused")
+        for _ in range(10):  # the control side keeps inferring with the old weights
+            assert swapper.poll() is None
+            assert torch.equal(slots.active(x), before)
+        with torch.no_grad():
+            learner.weight.add_(1.0)
+        newer = pub.publish(module_tensors(learner))
+        assert wait_for(swapper.poll, 20, "a good update after the bad ones") == newer
+        assert torch.equal(slots.active.weight, learner.weight) and slots.version == newer
+    finally:
+        swapper.close()
+        sub.close()
+        pub.close()
+
+
+def test_a_corrupted_piece_fails_the_digest_and_is_refused():
+    import zmq
+
+    from robotrl.transport import protocol as p
+    from robotrl.wire.codec import Message, decode, encode
+
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    sub = subscriber(f"tcp://127.0.0.1:{port}", expected=LAYOUT)
+    try:
+        route, *want = router.recv_multipart()  # a fake publisher that lies about the digest
+        assert decode(want).kind == p.WANT
+        tensors = {"w": np.ones((64, 64), np.float32), "b": np.zeros(64, np.float32)}
+        meta = {
+            "digest": "0" * 64,
+            "subset": "full",
+            "created_time": 0.0,
+            "index": 0,
+            "count": 1,
+            "session": "x",
+        }
+        router.send_multipart([route, *encode(Message(p.WPIECE, "learner", 1, tensors, meta))])
+        wait_for(lambda: sub.stats()["refused_digest"] == 1, 10, "the digest refusal")
+        assert sub.latest() is None
+    finally:
+        sub.close()
+        router.close()
+        ctx.term()

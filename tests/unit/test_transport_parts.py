@@ -1,0 +1,119 @@
+"""The transport's small parts: ranges and ledger, liveness, spool file format, weight checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from robotrl.config.schema import RobotRLConfig, problems
+from robotrl.core.clock import VirtualClock
+from robotrl.core.types import WeightUpdate
+from robotrl.transport.heartbeat import Liveness
+from robotrl.transport.ledger import RangeSet, SeqLedger
+from robotrl.transport.spool import Spool, SpoolFullError
+from robotrl.transport.weights import WeightRefused, all_finite, split_pieces, verify
+from robotrl.wire.codec import Message, encode
+
+
+def test_range_set_merges_neighbours_and_lists_gaps():
+    r = RangeSet()
+    for x in (5, 0, 2, 1, 9, 6):
+        assert r.add(x)
+    assert not r.add(2)
+    assert r.ranges() == [(0, 3), (5, 7), (9, 10)]
+    assert r.gaps(12) == [(3, 5), (7, 9), (10, 12)]
+    assert r.count() == 6 and 6 in r and 7 not in r
+
+
+def test_ledger_counts_duplicates_and_missing_and_survives_json():
+    ledger = SeqLedger()
+    for seq in (0, 1, 3):
+        assert ledger.record("a", "s", seq)
+    assert not ledger.record("a", "s", 1)
+    ledger.numbered("a", "s", 6)
+    (acct,) = ledger.accounts()
+    assert (acct.received, acct.duplicates, acct.numbered, acct.missing) == (3, 1, 6, [(2, 3), (4, 6)])
+    restored = SeqLedger.from_json(ledger.to_json())
+    assert restored.accounts() == ledger.accounts() and restored.seen("a", "s", 3)
+    with pytest.raises(ValueError, match="format version 7"):
+        SeqLedger.from_json({"version": 7, "streams": []})
+
+
+def test_peer_is_dead_after_the_timeout_and_heartbeats_are_due_each_period():
+    clock = VirtualClock()
+    live = Liveness(1.0, 3.0, clock.now)
+    assert not live.alive() and live.beat_due() and not live.beat_due()
+    live.heard()
+    clock.advance(3.0)
+    assert live.alive() and live.beat_due()
+    clock.advance(0.01)
+    assert not live.alive()
+    with pytest.raises(ValueError):
+        Liveness(1.0, 1.0, clock.now)
+
+
+def test_spool_round_trips_frames_and_keeps_its_budget(tmp_path):
+    message = Message("ping", "a", 3, {"x": np.arange(10, dtype=np.float32)}, {"stream": "s"})
+    probe = Spool(tmp_path / "probe", max_bytes=1 << 20)
+    size = probe.write("x", encode(message)).stat().st_size
+    spool = Spool(tmp_path / "spool", max_bytes=2 * size + size // 2)
+    path = spool.write("s-0", encode(message))
+    _, decoded = spool.load(path)
+    assert decoded.seq == 3 and decoded.arrays["x"].tolist() == list(range(10))
+    spool.write("s-1", encode(message))
+    with pytest.raises(SpoolFullError):
+        spool.write("s-2", encode(message))
+    assert (
+        Spool(tmp_path / "spool", 0).used == spool.used == 2 * size
+    )  # a restarted actor counts what is there
+
+
+def test_a_damaged_spool_file_is_refused_and_removed(tmp_path):
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    path = spool.write("s-0", encode(Message("ping", "a", 0, {"x": np.ones(8, np.float32)})))
+    path.write_bytes(path.read_bytes()[:-5])
+    assert spool.load(path) is None and not path.exists()
+
+
+def _update(tensors, version=1, subset="full"):
+    return WeightUpdate.build(version, tensors, subset)
+
+
+def test_verify_refuses_each_kind_of_bad_update():
+    layout = {"w": ((2, 3), np.dtype(np.float32)), "b": ((3,), np.dtype(np.float32))}
+    good = {"w": np.ones((2, 3), np.float32), "b": np.zeros(3, np.float32)}
+    verify(_update(good), layout)
+    verify(_update({"b": good["b"]}, subset="trainable"), layout)
+    cases = {
+        "names": [_update({"b": good["b"]}), _update({**good, "extra": good["b"]})],
+        "shape": [_update({**good, "w": np.ones((3, 2), np.float32)})],
+        "dtype": [_update({**good, "w": np.ones((2, 3), np.float64)})],
+        "non_finite": [_update({**good, "b": np.array([0, np.inf, 0], np.float32)})],
+    }
+    for reason, updates in cases.items():
+        for update in updates:
+            with pytest.raises(WeightRefused) as info:
+                verify(update, layout)
+            assert info.value.reason == reason
+    forged = WeightUpdate(1, good, "0" * 64)
+    with pytest.raises(WeightRefused, match="digest"):
+        verify(forged, layout)
+
+
+def test_finiteness_check_is_exact_when_a_sum_overflows():
+    assert all_finite(np.full(4, 3e38, np.float32))
+    assert not all_finite(np.array([1, np.nan], np.float16))
+
+
+def test_pieces_group_whole_tensors_in_name_order():
+    tensors = {n: np.zeros(s, np.uint8) for n, s in (("a", 40), ("b", 40), ("c", 100), ("d", 10))}
+    assert split_pieces(tensors, 90) == [["a", "b"], ["c"], ["d"]]
+
+
+def test_transport_config_problems_name_the_field():
+    cfg = RobotRLConfig()
+    cfg.transport.send_window = 0
+    cfg.transport.weights_piece_mb = -1
+    cfg.transport.transitions_endpoint = "localhost:5555"
+    fields = {f for f, _ in problems(cfg)}
+    assert {"transport.send_window", "transport.weights_piece_mb", "transport.transitions_endpoint"} <= fields
