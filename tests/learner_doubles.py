@@ -111,7 +111,7 @@ def episode_batch(
     for k, tick in enumerate(ticks):
         last = k == len(ticks) - 1
         action = np.zeros(action_dim, np.float32)
-        action[0], action[1] = episode_id, tick
+        action[: min(2, action_dim)] = (episode_id, tick)[: min(2, action_dim)]
         out.append(
             Transition(
                 actor_id=actor_id,

@@ -116,13 +116,17 @@ class RAPI(PolicyTrainer):
         nn.utils.clip_grad_norm_(self.q.parameters(), cfg.grad_clip)
         self.q_opt.step()
         self.v_opt.zero_grad(set_to_none=True)
-        v_loss.backward()
+        v_loss.backward()  # type: ignore[no-untyped-call]
         nn.utils.clip_grad_norm_(self.v.parameters(), cfg.grad_clip)
         self.v_opt.step()
         polyak(self.q_target, self.q, cfg.target_tau)
         polyak(self.v_target, self.v, cfg.target_tau)
         self.critic_updates += 1
-        return {"q_loss": float(q_loss.detach()), "v_loss": float(v_loss.detach()), "q": float(q1.mean())}
+        return {
+            "q_loss": float(q_loss.detach()),
+            "v_loss": float(v_loss.detach()),
+            "q": float(q1.detach().mean()),
+        }
 
     def advantage_weights(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """(w, A) per sample: ``w = exp(clip(A / beta, -c, c))``, ``A = min Q_target - V``."""
