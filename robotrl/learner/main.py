@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from robotrl.learner.replay import ChunkReplay, ReplaySpec
 from robotrl.learner.torch_utils import resolve_device
 
 METRICS_FILE = "learner_metrics.jsonl"
+EXIT_MISSING_PART = 3
 
 
 def replay_spec(cfg: RobotRLConfig, spec: EnvSpec, horizon: int) -> ReplaySpec:
@@ -106,8 +108,11 @@ def run_learner(cfg: RobotRLConfig) -> int:
     """The `robotrl learner` role."""
     import torch
 
-    from robotrl.policy import build_policy
-
+    try:
+        from robotrl.policy import build_policy
+    except ImportError as exc:
+        print(f"robotrl learner: the policy package is missing from this install ({exc})", file=sys.stderr)
+        return EXIT_MISSING_PART
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.manual_seed(cfg.seed)
     spec = _env_spec(cfg)

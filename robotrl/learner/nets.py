@@ -36,11 +36,11 @@ class ObsEncoder(nn.Module):
         self.convs = nn.ModuleDict(
             {
                 cam: nn.Sequential(
-                    nn.Conv2d(3, 16, 5, stride=3),
+                    nn.Conv2d(3, 16, 5, stride=3, padding=2),
                     nn.ReLU(),
-                    nn.Conv2d(16, 32, 3, stride=2),
+                    nn.Conv2d(16, 32, 3, stride=2, padding=1),
                     nn.ReLU(),
-                    nn.Conv2d(32, image_features, 3, stride=2),
+                    nn.Conv2d(32, image_features, 3, stride=2, padding=1),
                     nn.AdaptiveAvgPool2d(1),
                     nn.Flatten(),
                 )
