@@ -5,7 +5,7 @@ A new algorithm is one more entry here; the loop never changes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -15,7 +15,8 @@ from robotrl.core.protocols import Algorithm
 from robotrl.learner.bc import BehaviourCloning
 from robotrl.learner.rapi import RAPI
 
-Factory = Callable[[Any, LearnerConfig, torch.device, int, Sequence[str]], Algorithm]
+Cameras = Mapping[str, tuple[int, int, int]]
+Factory = Callable[[Any, LearnerConfig, torch.device, int, Cameras], Algorithm]
 
 ALGORITHMS: dict[AlgorithmKind, Factory] = {
     AlgorithmKind.rapi: lambda policy, cfg, device, state_dim, cams: RAPI(
@@ -26,6 +27,6 @@ ALGORITHMS: dict[AlgorithmKind, Factory] = {
 
 
 def build_algorithm(
-    cfg: LearnerConfig, policy: Any, device: torch.device, state_dim: int, cameras: Sequence[str]
+    cfg: LearnerConfig, policy: Any, device: torch.device, state_dim: int, cameras: Cameras
 ) -> Algorithm:
     return ALGORITHMS[cfg.algorithm](policy, cfg, device, state_dim, cameras)

@@ -61,7 +61,7 @@ def build_learner(
     if lrn.demos_path:
         episodes = load_demonstrations(lrn.demos_path, rspec, lrn.success_reward)
         anchor.load_demos(episodes, sum(len(e) for e in episodes))
-    algorithm = build_algorithm(lrn, policy, device, spec.state_dim, list(spec.camera_shapes))
+    algorithm = build_algorithm(lrn, policy, device, spec.state_dim, dict(spec.camera_shapes))
     checkpointer = Checkpointer(cfg.run_dir)
     counters = Counters()
     latest = checkpointer.latest() if lrn.resume else None

@@ -4,10 +4,11 @@ After the asynchronous replay-anchored post-training of RAPolicy (see REFERENCE.
 
 - Critic (IQL-style, never queries the current policy): two chunk-level Q networks
   regress ``y = R + gamma^m (1 - done) V_target(s')`` on the executed chunk; V is
-  fit by expectile regression (tau 0.7) to the min of the target Qs. Target
-  networks move by Polyak averaging.
+  fit by expectile regression (tau 0.7) to the min of the target Qs. The Q and V
+  heads share one observation encoder (one image pass per batch); the target
+  critic moves by Polyak averaging.
 - Actor: the policy's own per-sample supervised loss, weighted per sample by
-  ``w = exp(clip(A / beta, -c, c))`` with ``A = min Q_target(s, a) - V(s)``. The
+  ``w = exp(clip(A / beta, -c, c))`` with ``A = min Q(s, a) - V(s)`` from the target critic. The
   policy is given the committed prefix; its loss covers only the continuation.
 - Schedule: an update group is ``critic_updates_per_group`` critic updates, then
   ``actor_updates_per_group`` actor updates once the critic has had
@@ -18,7 +19,7 @@ After the asynchronous replay-anchored post-training of RAPolicy (see REFERENCE.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,8 @@ import torch
 from torch import nn
 
 from robotrl.config.schema import LearnerConfig
-from robotrl.learner.nets import TwinQ, ValueNet
+from robotrl.core.types import IMAGE_KEY_PREFIX, STATE_KEY
+from robotrl.learner.nets import Critic
 from robotrl.learner.replay import DISCOUNT_KEY, DONE_KEY, NEXT_PREFIX, REWARD_KEY
 from robotrl.learner.torch_utils import autocast, to_torch
 
@@ -85,42 +87,43 @@ class RAPI(PolicyTrainer):
         cfg: LearnerConfig,
         device: torch.device,
         state_dim: int,
-        cameras: Sequence[str],
+        cameras: Mapping[str, tuple[int, int, int]],
     ) -> None:
         super().__init__(policy, cfg, device)
         horizon, action_dim = int(policy.horizon), int(policy.action_dim)
-        cams = list(cameras) if cfg.critic_images else []
-        self.q = TwinQ(state_dim, cams, horizon, action_dim, cfg.critic_hidden).to(device)
-        self.v = ValueNet(state_dim, cams, cfg.critic_hidden).to(device)
-        self.q_target = copy.deepcopy(self.q).requires_grad_(False)
-        self.v_target = copy.deepcopy(self.v).requires_grad_(False)
-        self.q_opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr)
-        self.v_opt = torch.optim.Adam(self.v.parameters(), lr=cfg.lr)
+        cams = dict(cameras) if cfg.critic_images else {}
+        self.critic = Critic(state_dim, cams, horizon, action_dim, cfg.critic_hidden).to(device)
+        self.target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr)
         self.critic_updates = 0
+
+    def _target_values(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(min target Q of (s, a), target V of s'), from one target encoder pass over s and s'."""
+        b = len(batch[STATE_KEY])
+        both = {key: torch.cat([batch[key], batch[NEXT_PREFIX + key]]) for key in self._obs_keys}
+        feat = self.target.encoder(both)
+        q1, q2 = self.target.q(feat[:b], batch)
+        return torch.minimum(q1, q2).float(), self.target.value(feat[b:]).float()
+
+    @property
+    def _obs_keys(self) -> list[str]:
+        return [STATE_KEY, *(IMAGE_KEY_PREFIX + cam for cam in self.target.encoder.cameras)]
 
     def critic_step(self, batch: Mapping[str, Any]) -> dict[str, float]:
         cfg = self.cfg
         with torch.no_grad(), autocast(self.device):
-            v_next = self.v_target(batch, NEXT_PREFIX).float()
+            q_min, v_next = self._target_values(batch)
             not_done = 1.0 - batch[DONE_KEY].float()
             y = batch[REWARD_KEY].float() + batch[DISCOUNT_KEY].float() * not_done * v_next
-            q_t1, q_t2 = self.q_target(batch)
-            q_min = torch.minimum(q_t1, q_t2).float()
         with autocast(self.device):
-            q1, q2 = self.q(batch)
+            q1, q2, v = self.critic(batch)
             q_loss = (q1.float() - y).pow(2).mean() + (q2.float() - y).pow(2).mean()
-            v = self.v(batch).float()
-            v_loss = expectile_loss(q_min - v, cfg.expectile)
-        self.q_opt.zero_grad(set_to_none=True)
-        q_loss.backward()
-        nn.utils.clip_grad_norm_(self.q.parameters(), cfg.grad_clip)
-        self.q_opt.step()
-        self.v_opt.zero_grad(set_to_none=True)
-        v_loss.backward()  # type: ignore[no-untyped-call]
-        nn.utils.clip_grad_norm_(self.v.parameters(), cfg.grad_clip)
-        self.v_opt.step()
-        polyak(self.q_target, self.q, cfg.target_tau)
-        polyak(self.v_target, self.v, cfg.target_tau)
+            v_loss = expectile_loss(q_min - v.float(), cfg.expectile)
+        self.critic_opt.zero_grad(set_to_none=True)
+        (q_loss + v_loss).backward()
+        nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.grad_clip)
+        self.critic_opt.step()
+        polyak(self.target, self.critic, cfg.target_tau)
         self.critic_updates += 1
         return {
             "q_loss": float(q_loss.detach()),
@@ -129,10 +132,10 @@ class RAPI(PolicyTrainer):
         }
 
     def advantage_weights(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(w, A) per sample: ``w = exp(clip(A / beta, -c, c))``, ``A = min Q_target - V``."""
+        """(w, A) per sample: ``w = exp(clip(A / beta, -c, c))``, ``A = min Q - V`` (target critic)."""
         with torch.no_grad(), autocast(self.device):
-            q1, q2 = self.q_target(batch)
-            adv = (torch.minimum(q1, q2) - self.v(batch)).float()
+            q1, q2, v = self.target(batch)
+            adv = (torch.minimum(q1, q2) - v).float()
         c = self.cfg.adv_clip
         return torch.exp(torch.clamp(adv / self.cfg.beta, -c, c)), adv
 
@@ -163,20 +166,18 @@ class RAPI(PolicyTrainer):
         return {
             "policy": self.policy.state_dict(),
             "policy_opt": self.policy_opt.state_dict(),
-            "q": self.q.state_dict(),
-            "v": self.v.state_dict(),
-            "q_target": self.q_target.state_dict(),
-            "v_target": self.v_target.state_dict(),
-            "q_opt": self.q_opt.state_dict(),
-            "v_opt": self.v_opt.state_dict(),
+            "critic": self.critic.state_dict(),
+            "critic_target": self.target.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
             "counters": {"critic_updates": self.critic_updates, "actor_updates": self.actor_updates},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.policy.load_state_dict(state["policy"])
         self.policy_opt.load_state_dict(state["policy_opt"])
-        for name in ("q", "v", "q_target", "v_target", "q_opt", "v_opt"):
-            getattr(self, name).load_state_dict(state[name])
+        self.critic.load_state_dict(state["critic"])
+        self.target.load_state_dict(state["critic_target"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
         self.critic_updates = int(state["counters"]["critic_updates"])
         self.actor_updates = int(state["counters"]["actor_updates"])
 

@@ -69,15 +69,14 @@ def test_critic_converges_to_the_known_values_of_a_chain():
     length, horizon, gamma = 8, 2, 0.9
     buf = chain_replay(length, horizon, gamma)
     rng = np.random.default_rng(0)
-    algo = RAPI(MLPChunkPolicy(length + 1, horizon, 1), quick_cfg(gamma=gamma, lr=2e-3), CPU, length + 1, [])
+    algo = RAPI(MLPChunkPolicy(length + 1, horizon, 1), quick_cfg(gamma=gamma, lr=2e-3), CPU, length + 1, {})
     for _ in range(800):
         algo.critic_step(to_torch(buf.sample(64, rng), CPU))
     batch = to_torch(buf.sample(256, rng), CPU)
     tick = batch[STATE_KEY].argmax(1).numpy()
     truth = gamma ** (length - 1 - tick)
     with torch.no_grad():
-        q1, q2 = algo.q(batch)
-        v = algo.v(batch)
+        q1, q2, v = algo.critic(batch)
     for est in (q1, q2, v):
         np.testing.assert_allclose(est.numpy(), truth, atol=0.05)
 
@@ -117,7 +116,7 @@ def test_advantage_weighting_picks_the_better_mode_while_bc_stays_at_the_mixture
         rng = np.random.default_rng(1)
         policy = MLPChunkPolicy(2, horizon, 1)
         cfg = quick_cfg(critic_warmup_updates=200, critic_updates_per_group=20, lr=2e-3)
-        algo = RAPI(policy, cfg, CPU, 2, []) if name == "rapi" else BehaviourCloning(policy, cfg, CPU)
+        algo = RAPI(policy, cfg, CPU, 2, {}) if name == "rapi" else BehaviourCloning(policy, cfg, CPU)
         for _ in range(30):
             algo.update_group(lambda rng=rng: buf.sample(64, rng))
         results[name] = mean_first_action(policy, horizon)
@@ -151,13 +150,13 @@ def test_state_dict_round_trip_restores_networks_optimisers_and_counters():
     buf = two_mode_replay(4)
     rng = np.random.default_rng(3)
     cfg = quick_cfg(critic_updates_per_group=3, actor_updates_per_group=2)
-    a = RAPI(MLPChunkPolicy(2, 4, 1), cfg, CPU, 2, [])
+    a = RAPI(MLPChunkPolicy(2, 4, 1), cfg, CPU, 2, {})
     a.update_group(lambda: buf.sample(16, rng))
-    b = RAPI(MLPChunkPolicy(2, 4, 1), cfg, CPU, 2, [])
+    b = RAPI(MLPChunkPolicy(2, 4, 1), cfg, CPU, 2, {})
     b.load_state_dict(a.state_dict())
     assert (b.critic_updates, b.actor_updates) == (3, 2)
     batch = to_torch(buf.sample(8, rng), CPU)
     with torch.no_grad():
-        torch.testing.assert_close(a.q(batch), b.q(batch))
-        torch.testing.assert_close(a.v_target(batch), b.v_target(batch))
+        torch.testing.assert_close(a.critic(batch), b.critic(batch))
+        torch.testing.assert_close(a.target(batch), b.target(batch))
     assert b.policy_opt.state_dict()["state"].keys() == a.policy_opt.state_dict()["state"].keys()
