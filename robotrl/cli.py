@@ -39,7 +39,9 @@ class Role:
 ROLES: tuple[Role, ...] = (
     Role("actor", "run the latency-aware actor (control loop + inference worker)", None, issue=5),
     Role(
-        "learner", "run the learner: ingest transitions, RAPI or BC updates, publish weights", None, issue=7
+        "learner",
+        "run the learner: ingest transitions, RAPI or BC updates, publish weights",
+        "robotrl.learner.main:run_learner",
     ),
     Role("launch", "start a learner and N actors on this host, with health and restarts", None, issue=8),
     Role(

@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "codec": "robotrl.bench.codec",
     "sim": "robotrl.bench.sim",
     "transport": "robotrl.bench.transport",
+    "learner": "robotrl.bench.learner",
 }
 
 

@@ -160,7 +160,7 @@ class LearnerConfig:
     online_capacity: int = 200_000
     """Transitions the online buffer holds."""
     anchor_capacity: int = 100_000
-    """Transitions the anchor buffer holds."""
+    """Ticks of intervention segments the anchor holds (demos and fastest successes are kept whole)."""
     fastest_successes: int = 20
     """Fastest successful episodes kept in the anchor buffer."""
     max_policy_lag: int | None = None
@@ -171,6 +171,28 @@ class LearnerConfig:
     """Write a checkpoint every this many update groups."""
     device: str = "auto"
     """'auto' (CUDA with bf16 autocast when present), 'cpu' or 'cuda'."""
+    critic_images: bool = True
+    """The critic reads the cameras through a small CNN as well as the state."""
+    critic_hidden: int = 256
+    """Width of the critic's LayerNorm MLPs."""
+    target_tau: float = 0.005
+    """Polyak step of the critic's target networks per critic update."""
+    grad_clip: float = 10.0
+    """Gradient norm clip of every network."""
+    learning_starts: int = 256
+    """Chunk samples ready (online + anchor) before the first update group."""
+    storage_dir: str | None = None
+    """Folder of the memory-mapped image storage; None for a temporary folder."""
+    success_reward: float = 1.0
+    """Reward on a demonstration's last frame when its dataset has no next.reward."""
+    max_groups: int = 0
+    """Stop after this many update groups in this run; 0 runs until stopped."""
+    log_every_groups: int = 10
+    """Console and JSON-lines metrics every this many update groups."""
+    resume: bool = True
+    """Resume from the latest checkpoint in run_dir when there is one."""
+    rerun: bool = False
+    """Also log metrics to rerun (a viewer started by rerun-sdk)."""
 
 
 @dataclass
@@ -337,6 +359,28 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     if lrn.max_policy_lag is not None and lrn.max_policy_lag < 0:
         out.append(("learner.max_policy_lag", f"must be >= 0 or null, got {lrn.max_policy_lag}"))
     out += _positive("learner.checkpoint_every_groups", lrn.checkpoint_every_groups)
+    if lrn.fastest_successes < 0:
+        out.append(("learner.fastest_successes", f"must be >= 0, got {lrn.fastest_successes}"))
+    out += _positive("learner.critic_hidden", lrn.critic_hidden)
+    out += _unit_interval("learner.target_tau", lrn.target_tau, open_ends=False)
+    if lrn.target_tau == 0:
+        out.append(("learner.target_tau", "must be > 0 (the targets would never move)"))
+    out += _positive("learner.grad_clip", lrn.grad_clip)
+    if lrn.learning_starts < 0:
+        out.append(("learner.learning_starts", f"must be >= 0, got {lrn.learning_starts}"))
+    if lrn.max_groups < 0:
+        out.append(("learner.max_groups", f"must be >= 0 (0: until stopped), got {lrn.max_groups}"))
+    out += _positive("learner.log_every_groups", lrn.log_every_groups)
+    if lrn.online_capacity < 4 * p.horizon:
+        out.append(
+            ("learner.online_capacity", f"must be at least 4 * policy.horizon, got {lrn.online_capacity}")
+        )
+    if lrn.anchor_capacity < 4 * p.horizon:
+        out.append(
+            ("learner.anchor_capacity", f"must be at least 4 * policy.horizon, got {lrn.anchor_capacity}")
+        )
+    if lrn.demos_path is not None and not lrn.demos_path:
+        out.append(("learner.demos_path", "must be a local dataset folder or null"))
     out += _endpoint("transport.transitions_endpoint", t.transitions_endpoint)
     out += _endpoint("transport.weights_endpoint", t.weights_endpoint)
     if t.transitions_endpoint == t.weights_endpoint:

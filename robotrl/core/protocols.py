@@ -10,13 +10,14 @@ learns from; weights travel back the same way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
+from robotrl.core.batch import TransitionBatch
 from robotrl.core.types import (
     ActionChunk,
     EnvSpec,
@@ -24,7 +25,6 @@ from robotrl.core.types import (
     InferenceReply,
     InferenceRequest,
     Observation,
-    Transition,
     WeightUpdate,
 )
 
@@ -190,21 +190,37 @@ class Receiver(Protocol[T_co]):
 
 @runtime_checkable
 class ReplayBuffer(Protocol):
-    """Stores transitions and samples training batches; add and sample may run concurrently."""
+    """Stores transitions and samples chunk-level training batches; add and sample may run concurrently.
 
-    def add(self, transitions: Sequence[Transition]) -> None: ...
+    ``add`` takes a whole :class:`~robotrl.core.batch.TransitionBatch` (one actor's rows,
+    as the transport delivers them) and raises ``ValueError`` for one that does not fit
+    the buffer, writing none of it. ``sample`` returns the training batch keys of
+    :meth:`ChunkPolicy.per_sample_loss` plus the critic's (reward, discount, done,
+    ``next.``-prefixed next observation, policy_version); ``min_version`` drops
+    samples of older policies (the lag cap). ``__len__`` counts samples ready to draw.
+    """
 
-    def sample(self, batch_size: int, rng: np.random.Generator) -> Mapping[str, Any]: ...
+    def add(self, batch: TransitionBatch) -> object: ...
+
+    def sample(
+        self, batch_size: int, rng: np.random.Generator, min_version: int | None = None
+    ) -> Mapping[str, Any]: ...
 
     def __len__(self) -> int: ...
 
 
 @runtime_checkable
 class Algorithm(Protocol):
-    """A learning rule the learner loop drives without knowing which one it is."""
+    """A learning rule the learner loop drives without knowing which one it is.
 
-    def update(self, batch: Mapping[str, Any]) -> Mapping[str, float]:
-        """One gradient update from ``batch``; returns scalar metrics for logging."""
+    The unit of work is an update group (e.g. RAPI's critic updates then actor
+    updates); the algorithm pulls each update's batch from ``next_batch``. The loop
+    publishes :meth:`policy_weights` after every group whose metrics report
+    ``actor_updates > 0``.
+    """
+
+    def update_group(self, next_batch: Callable[[], Mapping[str, Any]]) -> Mapping[str, float]:
+        """One update group; returns scalar metrics, ``actor_updates`` among them."""
         ...
 
     def policy_weights(self) -> Mapping[str, npt.NDArray[np.generic]]:

@@ -192,16 +192,27 @@ class WeightPublisher:
         return cls(cfg.weights_endpoint, **kwargs)
 
     def publish(
-        self, tensors: Mapping[str, npt.NDArray[Any]], subset: str = "full", *, copy: bool = True
+        self,
+        tensors: Mapping[str, npt.NDArray[Any]],
+        subset: str = "full",
+        *,
+        copy: bool = True,
+        version: int | None = None,
     ) -> int:
         """Make ``tensors`` the newest version and return its number; never waits on the network.
 
         ``copy=True`` snapshots the tensors first, so the caller may go on changing
-        them; pass False only for arrays nobody will modify again.
+        them; pass False only for arrays nobody will modify again. ``version`` numbers
+        the update explicitly (a resumed learner continues its own count); it must be
+        above every version published so far.
         """
         created = self._clock()
         snapshot = {k: np.array(v, copy=True, order="C") if copy else v for k, v in tensors.items()}
         with self._lock:
+            if version is not None:
+                if version < self._next_version:
+                    raise ValueError(f"weight version {version} is not above {self._next_version - 1}")
+                self._next_version = version
             version = self._next_version
             self._next_version += 1
             if self._pending is not None:
@@ -210,9 +221,16 @@ class WeightPublisher:
         self._wake.set()
         return version
 
-    def send(self, item: Mapping[str, npt.NDArray[Any]]) -> bool:
-        """:class:`~robotrl.core.protocols.Sender` form of :meth:`publish` (full set, copied)."""
-        self.publish(item)
+    def send(self, item: WeightUpdate) -> bool:
+        """:class:`~robotrl.core.protocols.Sender` form of :meth:`publish`: the update keeps its version.
+
+        False (nothing sent) when the version is not above every one published so far.
+        """
+        try:
+            self.publish(item.tensors, item.subset, version=item.version)
+        except ValueError as exc:
+            log.warning("weights refused for publishing: %s", exc)
+            return False
         return True
 
     def stats(self) -> dict[str, Any]:

@@ -1,0 +1,32 @@
+"""Which :class:`~robotrl.core.protocols.Algorithm` ``learner.algorithm`` names.
+
+A new algorithm is one more entry here; the loop never changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from robotrl.config.schema import AlgorithmKind, LearnerConfig
+from robotrl.core.protocols import Algorithm
+from robotrl.learner.bc import BehaviourCloning
+from robotrl.learner.rapi import RAPI
+
+Cameras = Mapping[str, tuple[int, int, int]]
+Factory = Callable[[Any, LearnerConfig, torch.device, int, Cameras], Algorithm]
+
+ALGORITHMS: dict[AlgorithmKind, Factory] = {
+    AlgorithmKind.rapi: lambda policy, cfg, device, state_dim, cams: RAPI(
+        policy, cfg, device, state_dim, cams
+    ),
+    AlgorithmKind.bc: lambda policy, cfg, device, state_dim, cams: BehaviourCloning(policy, cfg, device),
+}
+
+
+def build_algorithm(
+    cfg: LearnerConfig, policy: Any, device: torch.device, state_dim: int, cameras: Cameras
+) -> Algorithm:
+    return ALGORITHMS[cfg.algorithm](policy, cfg, device, state_dim, cameras)

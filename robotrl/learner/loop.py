@@ -1,0 +1,229 @@
+"""The learner loop: an ingest thread fills the buffers while the main thread runs update groups.
+
+Ingest: every :class:`TransitionBatch` from the transition :class:`Receiver` goes
+into the online buffer (a refused batch is counted and logged, never written),
+and the :class:`AnchorFeeder` copies intervention segments and fast successes into
+the anchor. Updates: once ``learning_starts`` samples are ready, update groups run
+back to back; each batch is ``anchor_fraction`` anchor and the rest online
+(whichever buffer is empty gives way to the other). Online samples older than
+``max_policy_lag`` versions are not drawn, and the lag of what is drawn is logged.
+After a group that changed the policy, its weights go out through the weight
+:class:`Sender` as the next version; versions only grow, across restarts too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from robotrl.config.schema import LearnerConfig
+from robotrl.core.batch import TransitionBatch
+from robotrl.core.protocols import Algorithm, Receiver, Sender
+from robotrl.core.types import WeightUpdate
+from robotrl.learner.anchor import AnchorBuffer, AnchorFeeder
+from robotrl.learner.checkpoint import Checkpointer, Counters
+from robotrl.learner.metrics import MetricsLog
+from robotrl.learner.replay import VERSION_KEY, Batch, ChunkReplay, ReplayError, concat
+
+log = logging.getLogger(__name__)
+
+
+class Learner:
+    """Composes buffers, an algorithm and two links; :meth:`run` is the whole role."""
+
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        online: ChunkReplay,
+        anchor: AnchorBuffer,
+        cfg: LearnerConfig,
+        transitions: Receiver[TransitionBatch],
+        weights: Sender[WeightUpdate],
+        *,
+        metrics: MetricsLog | None = None,
+        checkpointer: Checkpointer | None = None,
+        counters: Counters | None = None,
+        weights_subset: str = "trainable",
+        seed: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.algorithm, self.online, self.anchor, self.cfg = algorithm, online, anchor, cfg
+        self.transitions, self.weights = transitions, weights
+        self.metrics, self.checkpointer = metrics, checkpointer
+        self.counters = counters or Counters()
+        self.feeder = AnchorFeeder(online, anchor)
+        self.subset = weights_subset
+        self.clock = clock
+        self._rng = np.random.default_rng(seed)
+        self._stop = threading.Event()
+        self._data = threading.Condition()
+        self._ingest_thread: threading.Thread | None = None
+        self.refused_batches = 0
+        self.publish_refused = 0
+        self._lag_sum = 0
+        self._lag_n = 0
+        self._lag_max = 0
+        self._window_start = clock()
+        self._window_transitions = 0
+        self._window_updates = 0
+
+    # ----------------------------------------------------------------- ingest
+
+    def ingest(self, batch: TransitionBatch) -> bool:
+        """Store one batch; False when the buffer refused it (counted and logged, not raised)."""
+        try:
+            added = self.online.add(batch)
+        except ReplayError as exc:
+            self.refused_batches += 1
+            log.warning("%s", exc)
+            return False
+        self.feeder.observe(batch, added)
+        with self._data:
+            self.counters.transitions += len(batch)
+            self._window_transitions += len(batch)
+            self._data.notify_all()
+        return True
+
+    def _ingest_forever(self) -> None:
+        while not self._stop.is_set():
+            batch = self.transitions.recv(0.05)
+            if batch is not None:
+                self.ingest(batch)
+
+    def start_ingest(self) -> None:
+        if self._ingest_thread is None:
+            self._ingest_thread = threading.Thread(target=self._ingest_forever, name="ingest", daemon=True)
+            self._ingest_thread.start()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to finish after the current group (safe from any thread or a signal)."""
+        self._stop.set()
+        with self._data:
+            self._data.notify_all()
+
+    # ----------------------------------------------------------------- sampling
+
+    def _min_version(self) -> int | None:
+        lag = self.cfg.max_policy_lag
+        return None if lag is None else self.counters.weight_version - lag
+
+    def ready(self) -> int:
+        """Samples that could be drawn now (online within the lag cap, plus anchor)."""
+        online = len(self.online)
+        return online + len(self.anchor)
+
+    def next_batch(self) -> Batch:
+        """One training batch: ``anchor_fraction`` anchor, the rest online within the lag cap."""
+        size = self.cfg.batch_size
+        n_anchor = round(size * self.cfg.anchor_fraction) if len(self.anchor) else 0
+        parts: list[Batch] = []
+        try:
+            online = (
+                self.online.sample(size - n_anchor, self._rng, self._min_version())
+                if n_anchor < size
+                else None
+            )
+        except LookupError:
+            online, n_anchor = None, size
+        if online is not None:
+            lag = self.counters.weight_version - online[VERSION_KEY]
+            lag = lag[online[VERSION_KEY] >= 0]
+            if lag.size:
+                self._lag_sum += int(lag.sum())
+                self._lag_n += int(lag.size)
+                self._lag_max = max(self._lag_max, int(lag.max()))
+            parts.append(online)
+        if n_anchor:
+            parts.append(self.anchor.sample(n_anchor, self._rng))
+        self._window_updates += 1
+        return concat(parts)
+
+    def _wait_for_data(self) -> bool:
+        """Block until ``learning_starts`` samples are ready; False when stopped first."""
+        with self._data:
+            while not self._stop.is_set():
+                if self.ready() >= max(self.cfg.learning_starts, 1) and self._can_sample():
+                    return True
+                self._data.wait(timeout=0.5)
+        return False
+
+    def _can_sample(self) -> bool:
+        if len(self.anchor):
+            return True
+        try:
+            self.online.sample(1, np.random.default_rng(0), self._min_version())
+        except LookupError:
+            return False
+        return True
+
+    # ----------------------------------------------------------------- updates
+
+    def publish(self) -> None:
+        """Send the policy as the next weight version."""
+        self.counters.weight_version += 1
+        update = WeightUpdate.build(
+            self.counters.weight_version, self.algorithm.policy_weights(), self.subset, time.time()
+        )
+        if not self.weights.send(update):
+            self.publish_refused += 1
+            log.warning("weight version %d was refused by the weight link", update.version)
+
+    def run(self, max_groups: int = 0) -> Counters:
+        """Ingest and update until stopped or ``max_groups`` groups ran (0: until stopped)."""
+        self.start_ingest()
+        if self.counters.weight_version > 0:
+            self.publish()  # a resumed learner re-announces its policy under a new version
+        done = 0
+        try:
+            while not self._stop.is_set() and (max_groups == 0 or done < max_groups):
+                if not self._wait_for_data():
+                    break
+                result = self.algorithm.update_group(self.next_batch)
+                self.counters.groups += 1
+                done += 1
+                if result.get("actor_updates", 0) > 0:
+                    self.publish()
+                if self.counters.groups % self.cfg.log_every_groups == 0:
+                    self._log(result)
+                if self.checkpointer and self.counters.groups % self.cfg.checkpoint_every_groups == 0:
+                    self.save()
+        finally:
+            self._stop.set()
+            if self._ingest_thread is not None:
+                self._ingest_thread.join(timeout=5)
+                self._ingest_thread = None
+        if self.checkpointer and done:
+            self.save()
+        return self.counters
+
+    def save(self) -> None:
+        assert self.checkpointer is not None
+        self.checkpointer.save(self.algorithm.state_dict(), self.counters, self.algorithm.policy_weights())
+
+    def _log(self, result: Any) -> None:
+        now = self.clock()
+        elapsed = max(now - self._window_start, 1e-9)
+        record: dict[str, float | int] = {
+            "group": self.counters.groups,
+            "version": self.counters.weight_version,
+            "transitions": self.counters.transitions,
+            "ingest_tps": self._window_transitions / elapsed,
+            "updates_per_s": self._window_updates / elapsed,
+            "lag_mean": self._lag_sum / self._lag_n if self._lag_n else 0.0,
+            "lag_max": self._lag_max,
+            "refused_batches": self.refused_batches,
+            "segments": self.feeder.segments_added,
+            "successes_kept": self.feeder.successes_kept,
+            **{k: float(v) for k, v in result.items()},
+            **self.online.stats(),
+            **self.anchor.stats(),
+        }
+        if self.metrics is not None:
+            self.metrics.write(record)
+        self._window_start, self._window_transitions, self._window_updates = now, 0, 0
+        self._lag_sum = self._lag_n = self._lag_max = 0

@@ -1,0 +1,142 @@
+"""`robotrl learner`: compose buffers, algorithm, links, metrics and checkpoints, then run.
+
+:func:`build_learner` is the composition (tests call it with a small policy and
+in-process links); :func:`run_learner` adds what only the real role needs: the
+environment's spec, the configured policy and the ZeroMQ links.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from robotrl.config.schema import RobotRLConfig
+from robotrl.core.batch import TransitionBatch
+from robotrl.core.protocols import Receiver, Sender
+from robotrl.core.types import EnvSpec, WeightUpdate
+from robotrl.learner.algorithms import build_algorithm
+from robotrl.learner.anchor import AnchorBuffer
+from robotrl.learner.checkpoint import Checkpointer, Counters
+from robotrl.learner.demos import load_demonstrations
+from robotrl.learner.loop import Learner
+from robotrl.learner.metrics import MetricsLog
+from robotrl.learner.replay import ChunkReplay, ReplaySpec
+from robotrl.learner.torch_utils import resolve_device
+
+METRICS_FILE = "learner_metrics.jsonl"
+EXIT_MISSING_PART = 3
+
+
+def replay_spec(cfg: RobotRLConfig, spec: EnvSpec, horizon: int) -> ReplaySpec:
+    return ReplaySpec(
+        state_dim=spec.state_dim,
+        action_dim=spec.action_dim,
+        horizon=horizon,
+        cameras=dict(spec.camera_shapes),
+        gamma=cfg.learner.gamma,
+        max_delay=min(cfg.policy.max_delay, horizon - 1),
+    )
+
+
+def build_learner(
+    cfg: RobotRLConfig,
+    policy: Any,
+    spec: EnvSpec,
+    transitions: Receiver[TransitionBatch],
+    weights: Sender[WeightUpdate],
+    console: bool = True,
+) -> Learner:
+    """Everything but the links and the policy, which the caller provides."""
+    lrn = cfg.learner
+    device = resolve_device(lrn.device)
+    rspec = replay_spec(cfg, spec, int(policy.horizon))
+    storage = Path(lrn.storage_dir) if lrn.storage_dir else None
+    online = ChunkReplay(rspec, lrn.online_capacity, storage, "online")
+    anchor = AnchorBuffer(rspec, lrn.anchor_capacity, lrn.fastest_successes, spec.max_episode_ticks, storage)
+    if lrn.demos_path:
+        episodes = load_demonstrations(lrn.demos_path, rspec, lrn.success_reward)
+        anchor.load_demos(episodes, sum(len(e) for e in episodes))
+    algorithm = build_algorithm(lrn, policy, device, spec.state_dim, dict(spec.camera_shapes))
+    checkpointer = Checkpointer(cfg.run_dir)
+    counters = Counters()
+    latest = checkpointer.latest() if lrn.resume else None
+    if latest is not None:
+        state, counters = checkpointer.load(latest, device)
+        algorithm.load_state_dict(state)
+        logging.getLogger(__name__).info("resumed from %s: %s", latest, counters)
+    metrics = MetricsLog(Path(cfg.run_dir) / METRICS_FILE, console=console, rerun=lrn.rerun)
+    return Learner(
+        algorithm,
+        online,
+        anchor,
+        lrn,
+        transitions,
+        weights,
+        metrics=metrics,
+        checkpointer=checkpointer,
+        counters=counters,
+        weights_subset=cfg.transport.weights_subset,
+        seed=cfg.seed,
+    )
+
+
+def _env_spec(cfg: RobotRLConfig) -> EnvSpec:
+    from robotrl.sim import make_env
+
+    env = make_env(cfg.env)
+    try:
+        spec: EnvSpec = env.spec
+    finally:
+        env.close()
+    return spec
+
+
+def _open_links(cfg: RobotRLConfig) -> tuple[Receiver[TransitionBatch], Sender[WeightUpdate]]:
+    """The ZeroMQ links of the transport package: the one place that names their constructors."""
+    from robotrl.transport.transitions import TransitionReceiver
+    from robotrl.transport.weights import WeightPublisher
+
+    return TransitionReceiver.from_config(cfg.transport), WeightPublisher.from_config(cfg.transport)
+
+
+def run_learner(cfg: RobotRLConfig) -> int:
+    """The `robotrl learner` role."""
+    import torch
+
+    try:
+        from robotrl.policy import build_policy
+    except ImportError as exc:
+        print(f"robotrl learner: the policy package is missing from this install ({exc})", file=sys.stderr)
+        return EXIT_MISSING_PART
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    torch.manual_seed(cfg.seed)
+    spec = _env_spec(cfg)
+    policy = build_policy(cfg.policy, spec)
+    transitions, weights = _open_links(cfg)
+    learner = build_learner(cfg, policy, spec, transitions, weights)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: learner.stop())
+    Console().print(
+        f"[bold]robotrl learner[/bold]: {cfg.learner.algorithm.value} "
+        f"on {resolve_device(cfg.learner.device)}, "
+        f"receiving on {cfg.transport.transitions_endpoint}, publishing on {cfg.transport.weights_endpoint}, "
+        f"metrics in {Path(cfg.run_dir) / METRICS_FILE}"
+    )
+    try:
+        counters = learner.run(cfg.learner.max_groups)
+    finally:
+        transitions.close()
+        weights.close()
+        learner.online.close()
+        learner.anchor.close()
+        if learner.metrics is not None:
+            learner.metrics.close()
+    Console().print(
+        f"robotrl learner: stopped after {counters.groups} groups, weight version {counters.weight_version}"
+    )
+    return 0

@@ -1,0 +1,58 @@
+"""Learner metrics: one line to the console, one JSON object per line to a file, rerun optionally."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+CONSOLE_KEYS = (
+    "group",
+    "version",
+    "transitions",
+    "q_loss",
+    "v_loss",
+    "policy_loss",
+    "adv",
+    "lag_mean",
+    "ingest_tps",
+)
+
+
+class MetricsLog:
+    def __init__(self, path: str | Path | None, console: bool = True, rerun: bool = False) -> None:
+        self._file = None
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", buffering=1)  # noqa: SIM115 (held open for the run)
+        self._console = Console(highlight=False) if console else None
+        self._rr: Any = None
+        if rerun:
+            import rerun as rr
+
+            rr.init("robotrl-learner", spawn=False)
+            self._rr = rr
+
+    def write(self, record: Mapping[str, float | int]) -> None:
+        line = {"time": round(time.time(), 3), **record}
+        if self._file is not None:
+            self._file.write(json.dumps(line) + "\n")
+        if self._console is not None:
+            shown = "  ".join(
+                f"{k}={record[k]:.4g}" if isinstance(record[k], float) else f"{k}={record[k]}"
+                for k in CONSOLE_KEYS
+                if k in record
+            )
+            self._console.print(f"[bold]learner[/bold] {shown}")
+        if self._rr is not None:
+            self._rr.set_time("group", sequence=int(record.get("group", 0)))
+            for key, value in record.items():
+                self._rr.log(f"learner/{key}", self._rr.Scalars(float(value)))
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()

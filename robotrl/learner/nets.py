@@ -1,0 +1,106 @@
+"""The critic's networks: chunk-level Q(s, a_{t:t+H}) and V(s), small LayerNorm MLPs.
+
+The observation encoder reads the state and, optionally, every camera through a
+small strided CNN (pooled to a few features per camera), so the critic can see an
+object the state does not report. The executed chunk enters flattened, with its
+padding mask, so a short chunk at an episode's end is not confused with zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, IMAGE_KEY_PREFIX, STATE_KEY
+
+
+def mlp(inp: int, hidden: int, out: int, layers: int = 2) -> nn.Sequential:
+    mods: list[nn.Module] = []
+    width = inp
+    for _ in range(layers):
+        mods += [nn.Linear(width, hidden), nn.LayerNorm(hidden), nn.ReLU()]
+        width = hidden
+    mods.append(nn.Linear(width, out))
+    return nn.Sequential(*mods)
+
+
+class ObsEncoder(nn.Module):
+    """State (+ pooled CNN features per camera) to one feature vector.
+
+    Images above 64 pixels are subsampled by 2 first: the critic needs where things
+    are, not fine texture, and converting full frames dominated a CPU update.
+    """
+
+    def __init__(
+        self, state_dim: int, cameras: Mapping[str, tuple[int, int, int]], image_features: int = 32
+    ) -> None:
+        super().__init__()
+        self.cameras = list(cameras)
+        self.convs = nn.ModuleDict(
+            {
+                cam: nn.Sequential(
+                    nn.Conv2d(3, 16, 5, stride=3, padding=2),
+                    nn.ReLU(),
+                    nn.Conv2d(16, 32, 3, stride=2, padding=1),
+                    nn.ReLU(),
+                    nn.Conv2d(32, image_features, 3, stride=2, padding=1),
+                    nn.AdaptiveAvgPool2d(1),
+                    nn.Flatten(),
+                )
+                for cam, shape in cameras.items()
+            }
+        )
+        self.steps = {cam: 2 if min(shape[:2]) > 64 else 1 for cam, shape in cameras.items()}
+        self.out_dim = state_dim + image_features * len(self.cameras)
+
+    def forward(self, obs: Mapping[str, Any], prefix: str = "") -> torch.Tensor:
+        parts = [obs[prefix + STATE_KEY].float()]
+        for cam in self.cameras:
+            step = self.steps[cam]
+            # Subsample while still uint8 (a quarter of the bytes to convert), then NCHW floats.
+            img = obs[prefix + IMAGE_KEY_PREFIX + cam][:, ::step, ::step]
+            img = img.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)
+            parts.append(self.convs[cam](img))
+        return torch.cat(parts, dim=-1)
+
+
+class Critic(nn.Module):
+    """Two chunk-level Q heads and a V head over one shared observation encoder.
+
+    Sharing the encoder means one image pass per batch for all three values; V's
+    input is the observation alone, Q's adds the flattened executed chunk and its mask.
+    """
+
+    def __init__(
+        self,
+        state_dim: int,
+        cameras: Mapping[str, tuple[int, int, int]],
+        horizon: int,
+        action_dim: int,
+        hidden: int,
+    ) -> None:
+        super().__init__()
+        self.encoder = ObsEncoder(state_dim, cameras)
+        q_in = self.encoder.out_dim + horizon * action_dim + horizon
+        self.q1 = mlp(q_in, hidden, 1)
+        self.q2 = mlp(q_in, hidden, 1)
+        self.v = mlp(self.encoder.out_dim, hidden, 1)
+
+    def q(self, features: torch.Tensor, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = batch[ACTION_MASK_KEY].float()
+        chunk = (batch[ACTION_KEY].float() * mask[..., None]).flatten(1)
+        x = torch.cat([features, chunk, mask], dim=-1)
+        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
+
+    def value(self, features: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.v(features).squeeze(-1)
+        return out
+
+    def forward(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(Q1, Q2, V) of the batch's observation and executed chunk."""
+        feat = self.encoder(batch)
+        q1, q2 = self.q(feat, batch)
+        return q1, q2, self.value(feat)

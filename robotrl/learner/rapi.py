@@ -1,0 +1,187 @@
+"""Replay-anchored policy improvement (RAPI): an in-sample critic and an advantage-weighted actor.
+
+After the asynchronous replay-anchored post-training of RAPolicy (see REFERENCE.md):
+
+- Critic (IQL-style, never queries the current policy): two chunk-level Q networks
+  regress ``y = R + gamma^m (1 - done) V_target(s')`` on the executed chunk; V is
+  fit by expectile regression (tau 0.7) to the min of the target Qs. The Q and V
+  heads share one observation encoder (one image pass per batch); the target
+  critic moves by Polyak averaging.
+- Actor: the policy's own per-sample supervised loss, weighted per sample by
+  ``w = exp(clip(A / beta, -c, c))`` with ``A = min Q(s, a) - V(s)`` from the target critic. The
+  policy is given the committed prefix; its loss covers only the continuation.
+- Schedule: an update group is ``critic_updates_per_group`` critic updates, then
+  ``actor_updates_per_group`` actor updates once the critic has had
+  ``critic_warmup_updates``; the loop publishes weights after a group that
+  changed the policy.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from torch import nn
+
+from robotrl.config.schema import LearnerConfig
+from robotrl.core.types import IMAGE_KEY_PREFIX, STATE_KEY
+from robotrl.learner.nets import Critic
+from robotrl.learner.replay import DISCOUNT_KEY, DONE_KEY, NEXT_PREFIX, REWARD_KEY
+from robotrl.learner.torch_utils import autocast, to_torch
+
+NextBatch = Callable[[], Mapping[str, Any]]
+
+
+def expectile_loss(diff: torch.Tensor, tau: float) -> torch.Tensor:
+    """Asymmetric squared loss: over-estimates (diff < 0) weigh 1 - tau, under-estimates tau."""
+    weight = torch.where(diff < 0, 1.0 - tau, tau)
+    return (weight * diff.pow(2)).mean()
+
+
+def polyak(target: nn.Module, source: nn.Module, tau: float) -> None:
+    with torch.no_grad():
+        for t, s in zip(target.parameters(), source.parameters(), strict=True):
+            t.lerp_(s, tau)
+
+
+class PolicyTrainer:
+    """What RAPI and BC share: the policy, its optimiser, batch transfer and the update count."""
+
+    def __init__(self, policy: Any, cfg: LearnerConfig, device: torch.device) -> None:
+        self.policy, self.cfg, self.device = policy, cfg, device
+        policy.to(device)
+        self.policy_params = [p for p in policy.parameters() if p.requires_grad]
+        self.policy_opt = torch.optim.Adam(self.policy_params, lr=cfg.lr)
+        self.actor_updates = 0
+
+    def _batch(self, next_batch: NextBatch) -> dict[str, Any]:
+        return to_torch(next_batch(), self.device)
+
+    def _policy_step(self, batch: Mapping[str, Any], weights: torch.Tensor | None) -> float:
+        self.policy.train()
+        with autocast(self.device):
+            per_sample = self.policy.per_sample_loss(batch).float()
+        loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
+        self.policy_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.policy_params, self.cfg.grad_clip)
+        self.policy_opt.step()
+        self.actor_updates += 1
+        return float(per_sample.mean().detach())
+
+    def policy_weights(self) -> Mapping[str, npt.NDArray[np.generic]]:
+        weights: Mapping[str, npt.NDArray[np.generic]] = self.policy.trainable_tensors()
+        return weights
+
+
+class RAPI(PolicyTrainer):
+    """The default :class:`~robotrl.core.protocols.Algorithm`."""
+
+    def __init__(
+        self,
+        policy: Any,
+        cfg: LearnerConfig,
+        device: torch.device,
+        state_dim: int,
+        cameras: Mapping[str, tuple[int, int, int]],
+    ) -> None:
+        super().__init__(policy, cfg, device)
+        horizon, action_dim = int(policy.horizon), int(policy.action_dim)
+        cams = dict(cameras) if cfg.critic_images else {}
+        self.critic = Critic(state_dim, cams, horizon, action_dim, cfg.critic_hidden).to(device)
+        self.target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr)
+        self.critic_updates = 0
+
+    def _target_values(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(min target Q of (s, a), target V of s'), from one target encoder pass over s and s'."""
+        b = len(batch[STATE_KEY])
+        both = {key: torch.cat([batch[key], batch[NEXT_PREFIX + key]]) for key in self._obs_keys}
+        feat = self.target.encoder(both)
+        q1, q2 = self.target.q(feat[:b], batch)
+        return torch.minimum(q1, q2).float(), self.target.value(feat[b:]).float()
+
+    @property
+    def _obs_keys(self) -> list[str]:
+        return [STATE_KEY, *(IMAGE_KEY_PREFIX + cam for cam in self.target.encoder.cameras)]
+
+    def critic_step(self, batch: Mapping[str, Any]) -> dict[str, float]:
+        cfg = self.cfg
+        with torch.no_grad(), autocast(self.device):
+            q_min, v_next = self._target_values(batch)
+            not_done = 1.0 - batch[DONE_KEY].float()
+            y = batch[REWARD_KEY].float() + batch[DISCOUNT_KEY].float() * not_done * v_next
+        with autocast(self.device):
+            q1, q2, v = self.critic(batch)
+            q_loss = (q1.float() - y).pow(2).mean() + (q2.float() - y).pow(2).mean()
+            v_loss = expectile_loss(q_min - v.float(), cfg.expectile)
+        self.critic_opt.zero_grad(set_to_none=True)
+        (q_loss + v_loss).backward()
+        nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.grad_clip)
+        self.critic_opt.step()
+        polyak(self.target, self.critic, cfg.target_tau)
+        self.critic_updates += 1
+        return {
+            "q_loss": float(q_loss.detach()),
+            "v_loss": float(v_loss.detach()),
+            "q": float(q1.detach().mean()),
+        }
+
+    def advantage_weights(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(w, A) per sample: ``w = exp(clip(A / beta, -c, c))``, ``A = min Q - V`` (target critic)."""
+        with torch.no_grad(), autocast(self.device):
+            q1, q2, v = self.target(batch)
+            adv = (torch.minimum(q1, q2) - v).float()
+        c = self.cfg.adv_clip
+        return torch.exp(torch.clamp(adv / self.cfg.beta, -c, c)), adv
+
+    def actor_step(self, batch: Mapping[str, Any]) -> dict[str, float]:
+        w, adv = self.advantage_weights(batch)
+        loss = self._policy_step(batch, w)
+        return {"policy_loss": loss, "adv": float(adv.mean()), "weight": float(w.mean())}
+
+    def update_group(self, next_batch: NextBatch) -> Mapping[str, float]:
+        cfg = self.cfg
+        logs: list[dict[str, float]] = []
+        for _ in range(cfg.critic_updates_per_group):
+            logs.append(self.critic_step(self._batch(next_batch)))
+        actor_updates = 0
+        if self.critic_updates >= cfg.critic_warmup_updates:
+            for _ in range(cfg.actor_updates_per_group):
+                logs.append(self.actor_step(self._batch(next_batch)))
+                actor_updates += 1
+        out = _mean_logs(logs)
+        out.update(
+            actor_updates=float(actor_updates),
+            critic_updates_total=float(self.critic_updates),
+            actor_updates_total=float(self.actor_updates),
+        )
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.state_dict(),
+            "policy_opt": self.policy_opt.state_dict(),
+            "critic": self.critic.state_dict(),
+            "critic_target": self.target.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "counters": {"critic_updates": self.critic_updates, "actor_updates": self.actor_updates},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.policy_opt.load_state_dict(state["policy_opt"])
+        self.critic.load_state_dict(state["critic"])
+        self.target.load_state_dict(state["critic_target"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.critic_updates = int(state["counters"]["critic_updates"])
+        self.actor_updates = int(state["counters"]["actor_updates"])
+
+
+def _mean_logs(logs: list[dict[str, float]]) -> dict[str, float]:
+    keys = {k for log in logs for k in log}
+    return {k: float(np.mean([log[k] for log in logs if k in log])) for k in sorted(keys)}

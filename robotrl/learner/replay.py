@@ -1,0 +1,468 @@
+"""Chunk-level replay: tick transitions in, (state, executed chunk, return, next state) samples out.
+
+Storage is per tick (one row per executed action) in a fixed-capacity ring; camera
+images live in memory-mapped files so a large buffer does not sit in RAM. A chunk
+sample is built from rows, never stored twice:
+
+- **Chunk starts: every tick.** Each executed tick ``t`` of an episode starts one
+  sample: the state at ``t``, the executed actions of ticks ``t .. t+H-1`` (what the
+  robot did: committed prefix and interventions included), the discounted reward
+  sum over them, the observation ``H`` ticks later as next state, and ``done``. Every
+  tick (not only the actor's own chunk starts) gives H times more critic data, and
+  every window is a real executed chunk. ``prefix_len`` is the delay of the chunk that
+  produced the start tick's action, as the actor measured it: the policy learns to
+  continue ``d`` committed actions, exactly what it is asked to do at inference with
+  that delay. Rows without a measured delay (demonstrations) draw ``d`` uniformly from
+  ``[0, max_delay]`` (training-time real-time chunking).
+- **Never across an episode.** Rows are linked per actor and episode; a new episode
+  id or a gap in ticks closes the open one. At an episode's end the last starts get
+  shorter chunks (padded, ``action_mask`` False) whose next state is the episode's
+  ``next_observation`` (stored as an extra row that never starts a sample); a
+  truncated episode without one ends its chunks one tick early and bootstraps from
+  the last observation instead. ``discount`` is ``gamma ** m`` for ``m`` real actions.
+- **Ready only when complete.** A start becomes sampleable once its next state has
+  arrived (or its episode ended), so a sample never contains a row still to come.
+- **Thread safety.** One lock around add and sample; a sample is gathered (copied)
+  under it, so concurrent ingest never yields a torn sample. The ring overwrites the
+  oldest rows first, and every row a sample refers to is newer than its start, so a
+  start is always overwritten (and unreadied) before anything it refers to.
+- **Bad input is refused whole.** A batch whose shapes, cameras or values do not
+  match the spec raises :class:`ReplayError` and is counted; nothing of it is written.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from robotrl.core.batch import TransitionBatch
+from robotrl.core.types import (
+    ACTION_KEY,
+    ACTION_MASK_KEY,
+    IMAGE_KEY_PREFIX,
+    PREFIX_LEN_KEY,
+    STATE_KEY,
+    TASK_KEY,
+)
+
+NEXT_PREFIX = "next."
+"""Next-state keys are the observation keys with this prefix: ``next.observation.state``."""
+REWARD_KEY = "reward"
+"""float32 (B,): discounted reward sum over the chunk's real actions."""
+DISCOUNT_KEY = "discount"
+"""float32 (B,): ``gamma ** m`` for the chunk's ``m`` real actions (the bootstrap factor)."""
+DONE_KEY = "done"
+"""bool (B,): the episode terminated within the chunk (no bootstrap)."""
+VERSION_KEY = "policy_version"
+"""int64 (B,): policy version that produced the start tick's action (-1: not a policy's)."""
+INTERVENTION_KEY = "intervention"
+"""bool (B,): a human intervened on some real action of the chunk."""
+
+Batch = dict[str, Any]
+
+
+class ReplayError(ValueError):
+    """A batch the buffer refuses: it does not match the buffer's spec."""
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """What every stored row looks like, and how rows become chunk samples."""
+
+    state_dim: int
+    action_dim: int
+    horizon: int
+    cameras: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
+    gamma: float = 0.99
+    max_delay: int = 0
+    """Rows without a measured delay draw ``prefix_len`` from ``[0, max_delay]``."""
+
+    def __post_init__(self) -> None:
+        if self.state_dim <= 0 or self.action_dim <= 0 or self.horizon <= 0:
+            raise ValueError(f"ReplaySpec: dims and horizon must be > 0, got {self}")
+        if not 0 <= self.max_delay < self.horizon:
+            raise ValueError(f"ReplaySpec: max_delay must be in [0, horizon), got {self.max_delay}")
+
+
+@dataclass
+class _Cursor:
+    """The open episode of one stream: starts still waiting for their next state."""
+
+    episode_id: int
+    last_tick: int
+    pending: deque[tuple[int, int]]  # (position, serial), oldest first, at most H
+
+
+@dataclass(frozen=True)
+class Added:
+    """Where :meth:`ChunkReplay.add` wrote a batch: per row and per next observation."""
+
+    positions: npt.NDArray[np.int64]
+    serials: npt.NDArray[np.int64]
+    next_positions: npt.NDArray[np.int64]
+    next_serials: npt.NDArray[np.int64]
+
+
+class ChunkReplay:
+    """A ring of tick rows that samples chunk-level training batches (see the module doc)."""
+
+    def __init__(
+        self,
+        spec: ReplaySpec,
+        capacity: int,
+        storage_dir: str | Path | None = None,
+        name: str = "replay",
+    ) -> None:
+        if capacity < 2 * spec.horizon:
+            raise ValueError(f"{name}: capacity {capacity} must be at least 2 * horizon ({2 * spec.horizon})")
+        self.spec, self.capacity, self.name = spec, capacity, name
+        n, h = capacity, spec.horizon
+        self._state = np.zeros((n, spec.state_dim), np.float32)
+        self._action = np.zeros((n, spec.action_dim), np.float32)
+        self._reward = np.zeros(n, np.float32)
+        self._terminated = np.zeros(n, np.bool_)
+        self._truncated = np.zeros(n, np.bool_)
+        self._intervention = np.zeros(n, np.bool_)
+        self._episode = np.zeros(n, np.int64)
+        self._tick = np.zeros(n, np.int64)
+        self._chunk_id = np.zeros(n, np.int64)
+        self._index_in_chunk = np.zeros(n, np.int64)
+        self._version = np.full(n, -1, np.int64)
+        self._delay = np.full(n, -1, np.int64)
+        self._instruction = np.zeros(n, np.int32)
+        self._serial = np.full(n, -1, np.int64)
+        # Chunk samples, one per start row.
+        self._ready = np.zeros(n, np.bool_)
+        self._chunk_rows = np.full((n, h), -1, np.int32)
+        self._next_row = np.zeros(n, np.int32)
+        self._return = np.zeros(n, np.float32)
+        self._discount = np.zeros(n, np.float32)
+        self._done = np.zeros(n, np.bool_)
+        self._real = np.zeros(n, np.int32)
+
+        self._owned_dir = storage_dir is None
+        self._dir = Path(tempfile.mkdtemp(prefix=f"robotrl-{name}-") if storage_dir is None else storage_dir)
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._images: dict[str, np.memmap[Any, np.dtype[np.uint8]]] = {
+            cam: np.memmap(self._dir / f"{name}-{cam}.u8", np.uint8, "w+", shape=(n, *shape))
+            for cam, shape in spec.cameras.items()
+        }
+        self._instructions: list[str] = []
+        self._instruction_ids: dict[str, int] = {}
+        self._open: dict[str, _Cursor] = {}
+        self._cursor = 0
+        self._next_serial = 0
+        self._discounts = spec.gamma ** np.arange(h + 1, dtype=np.float64)
+        self._lock = threading.Lock()
+        self.rows_added = 0
+        self.refused_batches = 0
+        self.refused_rows = 0
+        self.dropped_starts = 0
+        """Starts that never got a next state (episode cut by a gap or overwritten)."""
+
+    # ----------------------------------------------------------------- ingest
+
+    def check(self, batch: TransitionBatch) -> None:
+        """Raise :class:`ReplayError` naming the first mismatch between ``batch`` and the spec."""
+        s, where = self.spec, f"{self.name} replay refused a batch of {len(batch)} from {batch.actor_id!r}"
+        if batch.state.shape[1] != s.state_dim:
+            raise ReplayError(
+                f"{where}: state has {batch.state.shape[1]} columns, the spec has {s.state_dim}"
+            )
+        if batch.action.shape[1] != s.action_dim:
+            raise ReplayError(
+                f"{where}: action has {batch.action.shape[1]} columns, the spec has {s.action_dim}"
+            )
+        if set(batch.images) != set(s.cameras):
+            raise ReplayError(f"{where}: cameras {sorted(batch.images)}, the spec has {sorted(s.cameras)}")
+        for cam, shape in s.cameras.items():
+            if batch.images[cam].shape[1:] != tuple(shape):
+                raise ReplayError(
+                    f"{where}: camera {cam!r} is {batch.images[cam].shape[1:]}, the spec has {tuple(shape)}"
+                )
+        for col in ("state", "action", "reward", "next_state"):
+            if not np.isfinite(getattr(batch, col)).all():
+                raise ReplayError(f"{where}: {col} holds NaN or infinity")
+
+    def add(self, batch: TransitionBatch) -> Added:
+        """Store ``batch`` (one actor, rows in tick order); raise :class:`ReplayError` if it is refused."""
+        return self._add(batch, batch.actor_id, None)
+
+    def _add(self, batch: TransitionBatch, stream: str, positions: npt.NDArray[np.int64] | None) -> Added:
+        try:
+            self.check(batch)
+        except ReplayError:
+            with self._lock:
+                self.refused_batches += 1
+                self.refused_rows += len(batch)
+            raise
+        n, m = len(batch), len(batch.next_rows)
+        if (n + m > self.capacity // 2) if positions is None else (len(positions) != n + m):
+            with self._lock:
+                self.refused_batches += 1
+                self.refused_rows += n
+            raise ReplayError(
+                f"{self.name} replay refused a batch of {n} rows from {batch.actor_id!r}: "
+                f"more than half its capacity ({self.capacity}) or than the slot given"
+            )
+        # Write order: each row, and right after an episode's last row its next observation.
+        row_slot = np.arange(n) + np.searchsorted(batch.next_rows, np.arange(n), side="left")
+        next_slot = batch.next_rows + np.arange(m) + 1
+        with self._lock:
+            if positions is None:
+                positions = (self._cursor + np.arange(n + m)) % self.capacity
+                self._cursor = int((self._cursor + n + m) % self.capacity)
+            serials = self._next_serial + np.arange(n + m)
+            self._next_serial += n + m
+            self._ready[positions] = False
+            self._serial[positions] = serials
+            rows, nexts = positions[row_slot], positions[next_slot]
+            instr = np.array([self._instruction_id(t) for t in batch.instructions], np.int32)
+            self._write(rows, batch, instr[batch.instruction_index])
+            self._write_next(nexts, batch, instr[batch.instruction_index[batch.next_rows]])
+            self._link(
+                batch,
+                stream,
+                rows,
+                serials[row_slot],
+                dict(zip(batch.next_rows.tolist(), nexts.tolist(), strict=True)),
+            )
+            self.rows_added += n
+            return Added(rows, serials[row_slot], nexts, serials[next_slot])
+
+    def _instruction_id(self, text: str) -> int:
+        if text not in self._instruction_ids:
+            self._instruction_ids[text] = len(self._instructions)
+            self._instructions.append(text)
+        return self._instruction_ids[text]
+
+    def _write(self, rows: npt.NDArray[np.int64], b: TransitionBatch, instr: npt.NDArray[np.int32]) -> None:
+        self._state[rows] = b.state
+        self._action[rows] = b.action
+        self._reward[rows] = b.reward
+        self._terminated[rows] = b.terminated
+        self._truncated[rows] = b.truncated
+        self._intervention[rows] = b.intervention
+        self._episode[rows] = b.episode_id
+        self._tick[rows] = b.tick
+        self._chunk_id[rows] = b.chunk_id
+        self._index_in_chunk[rows] = b.index_in_chunk
+        self._version[rows] = b.policy_version
+        self._delay[rows] = b.delay_ticks
+        self._instruction[rows] = instr
+        for cam, mem in self._images.items():
+            mem[rows] = b.images[cam]
+
+    def _write_next(
+        self, rows: npt.NDArray[np.int64], b: TransitionBatch, instr: npt.NDArray[np.int32]
+    ) -> None:
+        """Next observations are rows that hold an observation and nothing else."""
+        self._state[rows] = b.next_state
+        self._action[rows] = 0.0
+        self._reward[rows] = 0.0
+        self._terminated[rows] = False
+        self._truncated[rows] = False
+        self._intervention[rows] = False
+        self._episode[rows] = b.episode_id[b.next_rows]
+        self._tick[rows] = b.next_tick
+        self._version[rows] = -1
+        self._delay[rows] = -1
+        self._instruction[rows] = instr
+        for cam, mem in self._images.items():
+            mem[rows] = b.next_images[cam]
+
+    def _link(
+        self,
+        b: TransitionBatch,
+        stream: str,
+        rows: npt.NDArray[np.int64],
+        serials: npt.NDArray[np.int64],
+        next_of: dict[int, int],
+    ) -> None:
+        """Per row: extend the stream's open episode and ready every start whose chunk is complete."""
+        h = self.spec.horizon
+        episodes, ticks = b.episode_id.tolist(), b.tick.tolist()
+        terminated, truncated = b.terminated.tolist(), b.truncated.tolist()
+        for i, (pos, serial) in enumerate(zip(rows.tolist(), serials.tolist(), strict=True)):
+            cur = self._open.get(stream)
+            if cur is None or cur.episode_id != episodes[i] or ticks[i] != cur.last_tick + 1:
+                if cur is not None:
+                    self.dropped_starts += len(cur.pending)
+                cur = self._open[stream] = _Cursor(episodes[i], ticks[i], deque())
+            cur.last_tick = ticks[i]
+            pending = cur.pending
+            if pending and self._serial[pending[0][0]] != pending[0][1]:
+                # The ring overwrote this episode's older rows: its open starts are gone.
+                self.dropped_starts += len(pending)
+                pending.clear()
+            if len(pending) == h:
+                start = pending.popleft()[0]
+                self._ready_start(start, [start, *(p for p, _ in pending)], pos, done=False)
+            pending.append((pos, serial))
+            if not (terminated[i] or truncated[i]):
+                continue
+            chunk = [p for p, _ in pending]
+            nxt = next_of.get(i)
+            if nxt is not None or terminated[i]:
+                for k, start in enumerate(chunk):
+                    self._ready_start(start, chunk[k:], nxt if nxt is not None else start, terminated[i])
+            else:  # truncated without a next observation: bootstrap from the last one
+                self.dropped_starts += 1
+                for k, start in enumerate(chunk[:-1]):
+                    self._ready_start(start, chunk[k:-1], chunk[-1], done=False)
+            del self._open[stream]
+
+    def _ready_start(self, start: int, chunk: Sequence[int], nxt: int, done: bool) -> None:
+        m = len(chunk)
+        self._chunk_rows[start, :m] = chunk
+        self._chunk_rows[start, m:] = -1
+        self._return[start] = float(np.dot(self._reward[list(chunk)], self._discounts[:m]))
+        self._discount[start] = self._discounts[m]
+        self._next_row[start] = nxt
+        self._done[start] = done
+        self._real[start] = m
+        self._ready[start] = True
+
+    # ----------------------------------------------------------------- sample
+
+    def __len__(self) -> int:
+        """Chunk samples ready to draw."""
+        return int(self._ready.sum())
+
+    def sample(self, batch_size: int, rng: np.random.Generator, min_version: int | None = None) -> Batch:
+        """``batch_size`` chunk samples drawn uniformly (with replacement) from the ready ones.
+
+        ``min_version`` excludes samples produced by a policy older than it (the lag
+        cap); rows that no policy produced (version -1: demonstrations) are kept.
+        Raises LookupError when nothing is ready.
+        """
+        s = self.spec
+        with self._lock:
+            ok: npt.NDArray[np.bool_] = self._ready
+            if min_version is not None:
+                ok = ok & ((self._version >= min_version) | (self._version < 0))
+            candidates = np.flatnonzero(ok)
+            if candidates.size == 0:
+                raise LookupError(f"{self.name} replay has no chunk sample ready")
+            idx = np.sort(candidates[rng.integers(0, candidates.size, batch_size)])
+            rows = self._chunk_rows[idx].astype(np.int64)
+            mask = rows >= 0
+            safe = np.where(mask, rows, idx[:, None])
+            nxt = self._next_row[idx].astype(np.int64)
+            real = self._real[idx]
+            delay = self._delay[idx]
+            out: Batch = {
+                STATE_KEY: self._state[idx],
+                ACTION_KEY: self._action[safe] * mask[..., None],
+                ACTION_MASK_KEY: mask,
+                REWARD_KEY: self._return[idx],
+                DISCOUNT_KEY: self._discount[idx],
+                DONE_KEY: self._done[idx],
+                VERSION_KEY: self._version[idx],
+                INTERVENTION_KEY: (self._intervention[safe] & mask).any(axis=1),
+                TASK_KEY: [self._instructions[k] for k in self._instruction[idx].tolist()],
+                NEXT_PREFIX + STATE_KEY: self._state[nxt],
+            }
+            for cam, mem in self._images.items():
+                out[IMAGE_KEY_PREFIX + cam] = np.asarray(mem[idx])
+                out[NEXT_PREFIX + IMAGE_KEY_PREFIX + cam] = np.asarray(mem[nxt])
+        drawn = rng.integers(0, s.max_delay + 1, batch_size)
+        prefix = np.where(delay >= 0, delay, drawn)
+        out[PREFIX_LEN_KEY] = np.clip(prefix, 0, np.maximum(real - 1, 0)).astype(np.int64)
+        return out
+
+    def gather(
+        self,
+        rows: Sequence[tuple[int, int]],
+        next_row: tuple[int, int] | None,
+        actor_id: str,
+        episode_id: int,
+        terminated: bool,
+    ) -> TransitionBatch | None:
+        """Stored rows (position, serial) back as one episode (segment); None if any was overwritten.
+
+        The last row ends the segment: ``terminated`` as given, truncated otherwise;
+        ``next_row`` (when given) becomes its next observation.
+        """
+        pos = np.array([p for p, _ in rows], np.int64)
+        want = np.array([s for _, s in rows], np.int64)
+        with self._lock:
+            if not len(pos) or (self._serial[pos] != want).any():
+                return None
+            if next_row is not None and self._serial[next_row[0]] != next_row[1]:
+                return None
+            nxt = np.array([] if next_row is None else [next_row[0]], np.int64)
+            n = len(pos)
+            ends = np.zeros(n, np.bool_)
+            ends[-1] = True
+            empty_f = np.zeros(n, np.float64)
+            return TransitionBatch(
+                actor_id=actor_id,
+                state=self._state[pos],
+                images={c: np.asarray(m[pos]) for c, m in self._images.items()},
+                action=self._action[pos],
+                proposed_action=self._action[pos],
+                reward=self._reward[pos],
+                terminated=ends & terminated,
+                truncated=ends & (not terminated),
+                intervention=self._intervention[pos],
+                episode_id=np.full(n, episode_id, np.int64),
+                tick=self._tick[pos],
+                chunk_id=self._chunk_id[pos],
+                index_in_chunk=self._index_in_chunk[pos],
+                policy_version=self._version[pos],
+                delay_ticks=self._delay[pos],
+                obs_time=empty_f,
+                action_time=empty_f,
+                obs_timestamp=empty_f,
+                instructions=tuple(self._instructions) or ("",),
+                instruction_index=self._instruction[pos] if self._instructions else np.zeros(n, np.int32),
+                next_rows=np.array([n - 1] if len(nxt) else [], np.int64),
+                next_state=self._state[nxt],
+                next_images={c: np.asarray(m[nxt]) for c, m in self._images.items()},
+                next_tick=self._tick[nxt],
+                next_timestamp=np.zeros(len(nxt), np.float64),
+            )
+
+    def clear_positions(self, positions: npt.NDArray[np.int64]) -> None:
+        """Make the starts at ``positions`` unsampleable (their rows are about to be reused)."""
+        with self._lock:
+            self._ready[positions] = False
+
+    def stats(self) -> dict[str, int]:
+        return {
+            f"{self.name}_ready": len(self),
+            f"{self.name}_rows_added": self.rows_added,
+            f"{self.name}_refused_batches": self.refused_batches,
+            f"{self.name}_dropped_starts": self.dropped_starts,
+        }
+
+    def close(self) -> None:
+        """Release the memory maps; delete their files when this buffer created the folder."""
+        for mem in self._images.values():
+            mem._mmap.close()  # type: ignore[attr-defined]
+        self._images.clear()
+        if self._owned_dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def concat(batches: Sequence[Batch]) -> Batch:
+    """Samples from several buffers as one batch (same keys; lists extend, arrays stack)."""
+    if len(batches) == 1:
+        return batches[0]
+    out: Batch = {}
+    for key, first in batches[0].items():
+        if isinstance(first, list):
+            out[key] = [x for b in batches for x in b[key]]
+        else:
+            out[key] = np.concatenate([b[key] for b in batches])
+    return out

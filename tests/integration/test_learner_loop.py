@@ -1,0 +1,149 @@
+"""The learner loop end to end in one process: in-process links, real buffers, RAPI, checkpoints."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from learner_doubles import MLPChunkPolicy, episode_batch
+
+from robotrl.config.schema import AlgorithmKind, LearnerConfig, RobotRLConfig
+from robotrl.core.types import EnvSpec
+from robotrl.learner.inproc import QueueLink
+from robotrl.learner.main import METRICS_FILE, build_learner
+from robotrl.learner.replay import VERSION_KEY
+
+CAMS = {"front": (16, 16, 3)}
+SPEC = EnvSpec(
+    "toy",
+    action_names=("a0", "a1", "a2"),
+    action_low=(-1.0,) * 3,
+    action_high=(1.0,) * 3,
+    state_names=("s0", "s1"),
+    camera_shapes=CAMS,
+    max_episode_ticks=20,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def config(tmp_path, **learner: object) -> RobotRLConfig:
+    cfg = RobotRLConfig()
+    cfg.run_dir = str(tmp_path / "run")
+    cfg.policy.horizon, cfg.policy.max_delay = 4, 2
+    base = dict(
+        batch_size=16,
+        critic_hidden=32,
+        critic_updates_per_group=2,
+        actor_updates_per_group=1,
+        critic_warmup_updates=0,
+        learning_starts=16,
+        online_capacity=2000,
+        anchor_capacity=500,
+        fastest_successes=2,
+        log_every_groups=1,
+        checkpoint_every_groups=2,
+        device="cpu",
+    )
+    base.update(learner)
+    cfg.learner = LearnerConfig(**base)  # type: ignore[arg-type]
+    return cfg
+
+
+def episodes(first: int, count: int, version: int = 0) -> list:
+    out = []
+    for ep in range(first, first + count):
+        rewards = np.zeros(10)
+        rewards[-1] = float(ep % 2)
+        out.append(
+            episode_batch(
+                "actor-0", ep, range(10), end="terminated", rewards=rewards, cameras=CAMS, version=version
+            )
+        )
+    return out
+
+
+def test_loop_ingests_updates_publishes_rising_versions_and_resumes_from_its_checkpoint(tmp_path):
+    cfg = config(tmp_path)
+    inbox, outbox = QueueLink(), QueueLink()
+    for b in episodes(0, 6):
+        inbox.send(b)
+    learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
+    counters = learner.run(max_groups=4)
+    updates = outbox.drain()
+    assert [u.version for u in updates] == [1, 2, 3, 4]
+    assert all(u.digest_matches() and u.subset == "trainable" for u in updates)
+    assert counters.groups == 4 and counters.weight_version == 4 and counters.transitions > 0
+    assert learner.feeder.successes_kept >= 1  # odd episodes succeed: the anchor gets them
+    lines = [json.loads(x) for x in (tmp_path / "run" / METRICS_FILE).read_text().splitlines()]
+    assert [x["group"] for x in lines] == [1, 2, 3, 4] and "q_loss" in lines[-1] and "lag_mean" in lines[-1]
+    saved = learner.algorithm.state_dict()["counters"]
+    learner.online.close()
+    learner.anchor.close()
+
+    # A new process: same run_dir. Counters, networks and the weight version continue.
+    inbox2, outbox2 = QueueLink(), QueueLink()
+    for b in episodes(10, 3):
+        inbox2.send(b)
+    resumed = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox2, outbox2, console=False)
+    assert resumed.counters.groups == 4 and resumed.counters.weight_version == 4
+    assert resumed.counters.transitions == counters.transitions
+    assert resumed.algorithm.state_dict()["counters"] == saved
+    announced = None
+
+    def first_sent(update):
+        nonlocal announced
+        announced = announced or update
+        return True
+
+    resumed.weights = type("Spy", (), {"send": staticmethod(first_sent), "close": lambda self: None})()
+    resumed.run(max_groups=2)
+    assert announced is not None and announced.version == 5  # re-announced, never reused
+    for name, tensor in updates[-1].tensors.items():
+        np.testing.assert_array_equal(announced.tensors[name], tensor)
+    assert resumed.counters.groups == 6 and resumed.counters.weight_version == 7
+    resumed.online.close()
+    resumed.anchor.close()
+
+
+def test_bad_batch_is_refused_counted_and_the_loop_keeps_going(tmp_path):
+    cfg = config(tmp_path, algorithm=AlgorithmKind.bc)
+    inbox, outbox = QueueLink(), QueueLink()
+    inbox.send(episode_batch("actor-0", 0, range(10), end="terminated", cameras={"front": (8, 8, 3)}))
+    for b in episodes(1, 4):
+        inbox.send(b)
+    learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
+    learner.run(max_groups=2)
+    assert learner.refused_batches == 1 and learner.online.refused_batches == 1
+    assert [u.version for u in outbox.drain()] == [1, 2]
+    learner.online.close()
+
+
+def test_batches_mix_anchor_and_online_and_respect_the_lag_cap(tmp_path):
+    cfg = config(tmp_path, anchor_fraction=0.5, max_policy_lag=2, batch_size=64)
+    learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, QueueLink(), QueueLink(), console=False)
+    for ep, version in enumerate((1, 4, 4, 1)):
+        learner.ingest(
+            episode_batch("actor-0", ep, range(10), end="terminated", cameras=CAMS, version=version)
+        )
+    flags = np.ones(10, bool)
+    learner.ingest(
+        episode_batch("actor-1", 7, range(10), end="truncated", cameras=CAMS, intervention=flags, version=1)
+    )
+    learner.counters.weight_version = 5
+    batch = learner.next_batch()
+    versions = batch[VERSION_KEY]
+    online, anchor = versions[:32], versions[32:]
+    assert set(online.tolist()) == {4}  # version 1 is 4 behind: over the cap
+    assert (anchor == 1).all()  # the intervention segment is anchor data, kept whatever its age
+    assert learner._lag_max == 1
+    learner.online.close()
+    learner.anchor.close()

@@ -1,0 +1,162 @@
+"""RAPI and BC on tasks whose answers are known: critic values, mode selection, warm-up, resume."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from learner_doubles import MLPChunkPolicy, episode_batch
+
+from robotrl.config.schema import LearnerConfig
+from robotrl.core.types import ACTION_MASK_KEY, PREFIX_LEN_KEY, STATE_KEY
+from robotrl.learner.bc import BehaviourCloning
+from robotrl.learner.rapi import RAPI, expectile_loss
+from robotrl.learner.replay import ChunkReplay, ReplaySpec
+from robotrl.learner.torch_utils import to_torch
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny networks on a shared 2-core machine: one intra-op thread avoids oversubscription."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def quick_cfg(**kw: object) -> LearnerConfig:
+    base = dict(
+        critic_images=False,
+        critic_hidden=64,
+        lr=1e-3,
+        target_tau=0.05,
+        critic_updates_per_group=50,
+        actor_updates_per_group=10,
+        critic_warmup_updates=0,
+        batch_size=64,
+    )
+    base.update(kw)
+    return LearnerConfig(**base)  # type: ignore[arg-type]
+
+
+def test_expectile_loss_weights_underestimates_by_tau():
+    diff = torch.tensor([1.0, -1.0])
+    assert expectile_loss(diff[:1], 0.7).item() == pytest.approx(0.7)
+    assert expectile_loss(diff[1:], 0.7).item() == pytest.approx(0.3)
+
+
+def chain_replay(length: int, horizon: int, gamma: float) -> ChunkReplay:
+    """A deterministic chain: state = one-hot(tick), reward 1 on the last tick, then terminal."""
+    dim = length + 1
+    buf = ChunkReplay(ReplaySpec(dim, 1, horizon, gamma=gamma), 4096)
+    rewards = np.zeros(length)
+    rewards[-1] = 1.0
+    for ep in range(3):
+        b = episode_batch(
+            "a", ep, range(length), end="terminated", rewards=rewards, state_dim=2, action_dim=1
+        )
+        eye = np.eye(dim, dtype=np.float32)
+        buf.add(dataclasses.replace(b, state=eye[:length], next_state=eye[length:]))
+    return buf
+
+
+def test_critic_converges_to_the_known_values_of_a_chain():
+    torch.manual_seed(0)
+    length, horizon, gamma = 8, 2, 0.9
+    buf = chain_replay(length, horizon, gamma)
+    rng = np.random.default_rng(0)
+    algo = RAPI(MLPChunkPolicy(length + 1, horizon, 1), quick_cfg(gamma=gamma, lr=2e-3), CPU, length + 1, {})
+    for _ in range(800):
+        algo.critic_step(to_torch(buf.sample(64, rng), CPU))
+    batch = to_torch(buf.sample(256, rng), CPU)
+    tick = batch[STATE_KEY].argmax(1).numpy()
+    truth = gamma ** (length - 1 - tick)
+    with torch.no_grad():
+        q1, q2, v = algo.critic(batch)
+    for est in (q1, q2, v):
+        np.testing.assert_allclose(est.numpy(), truth, atol=0.05)
+
+
+def two_mode_replay(horizon: int) -> ChunkReplay:
+    """Identical states; half the episodes execute +1 everywhere (reward 1), half -1 (reward 0)."""
+    buf = ChunkReplay(ReplaySpec(2, 1, horizon, gamma=0.99), 4096)
+    for ep in range(40):
+        good = ep % 2 == 0
+        rewards = np.zeros(horizon)
+        rewards[-1] = 1.0 if good else 0.0
+        b = episode_batch("a", ep, range(horizon), end="terminated", rewards=rewards, action_dim=1, delay=0)
+        state = np.stack([np.arange(horizon) / horizon, np.zeros(horizon)], 1).astype(np.float32)
+        action = np.full((horizon, 1), 1.0 if good else -1.0, np.float32)
+        buf.add(dataclasses.replace(b, state=state, action=action, proposed_action=action))
+    return buf
+
+
+def mean_first_action(policy: MLPChunkPolicy, horizon: int) -> float:
+    batch = {
+        STATE_KEY: torch.zeros(1, 2),
+        PREFIX_LEN_KEY: torch.zeros(1, dtype=torch.int64),
+        ACTION_MASK_KEY: torch.ones(1, horizon, dtype=torch.bool),
+    }
+    with torch.no_grad():
+        return float(
+            policy._forward(batch[STATE_KEY], torch.zeros(1, horizon, 1), batch[PREFIX_LEN_KEY]).mean()
+        )
+
+
+def test_advantage_weighting_picks_the_better_mode_while_bc_stays_at_the_mixture():
+    horizon = 4
+    buf = two_mode_replay(horizon)
+    results = {}
+    for name in ("rapi", "bc"):
+        torch.manual_seed(1)
+        rng = np.random.default_rng(1)
+        policy = MLPChunkPolicy(2, horizon, 1)
+        cfg = quick_cfg(critic_warmup_updates=200, critic_updates_per_group=20, lr=2e-3)
+        algo = RAPI(policy, cfg, CPU, 2, {}) if name == "rapi" else BehaviourCloning(policy, cfg, CPU)
+        for _ in range(30):
+            algo.update_group(lambda rng=rng: buf.sample(64, rng))
+        results[name] = mean_first_action(policy, horizon)
+    # RAPI's weighted mean is tanh(A/beta)-like: well on the +1 side; BC averages +1 and -1.
+    assert results["rapi"] > 0.5, results
+    assert abs(results["bc"]) < 0.25, results
+
+
+def test_no_actor_update_before_the_critic_warm_up():
+    buf = two_mode_replay(4)
+    rng = np.random.default_rng(2)
+    policy = MLPChunkPolicy(2, 4, 1)
+    algo = RAPI(
+        policy,
+        quick_cfg(critic_updates_per_group=5, actor_updates_per_group=2, critic_warmup_updates=10),
+        CPU,
+        2,
+        [],
+    )
+    before = {k: v.copy() for k, v in algo.policy_weights().items()}
+    first = algo.update_group(lambda: buf.sample(16, rng))
+    assert first["actor_updates"] == 0
+    assert all(np.array_equal(before[k], v) for k, v in algo.policy_weights().items())
+    algo.update_group(lambda: buf.sample(16, rng))
+    assert algo.actor_updates == 2  # the group that completes the warm-up already updates the actor
+    third = algo.update_group(lambda: buf.sample(16, rng))
+    assert third["actor_updates"] == 2 and algo.critic_updates == 15 and algo.actor_updates == 4
+
+
+def test_state_dict_round_trip_restores_networks_optimisers_and_counters():
+    buf = two_mode_replay(4)
+    rng = np.random.default_rng(3)
+    cfg = quick_cfg(critic_updates_per_group=3, actor_updates_per_group=2)
+    a = RAPI(MLPChunkPolicy(2, 4, 1), cfg, CPU, 2, {})
+    a.update_group(lambda: buf.sample(16, rng))
+    b = RAPI(MLPChunkPolicy(2, 4, 1), cfg, CPU, 2, {})
+    b.load_state_dict(a.state_dict())
+    assert (b.critic_updates, b.actor_updates) == (3, 2)
+    batch = to_torch(buf.sample(8, rng), CPU)
+    with torch.no_grad():
+        torch.testing.assert_close(a.critic(batch), b.critic(batch))
+        torch.testing.assert_close(a.target(batch), b.target(batch))
+    assert b.policy_opt.state_dict()["state"].keys() == a.policy_opt.state_dict()["state"].keys()

@@ -1,0 +1,203 @@
+"""Chunk replay: chunk building, episode boundaries, refusal of bad input, capacity, lag cap, threads."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from learner_doubles import episode_batch, image_code
+
+from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, IMAGE_KEY_PREFIX, PREFIX_LEN_KEY, STATE_KEY
+from robotrl.learner.replay import (
+    DISCOUNT_KEY,
+    DONE_KEY,
+    NEXT_PREFIX,
+    REWARD_KEY,
+    VERSION_KEY,
+    ChunkReplay,
+    ReplayError,
+    ReplaySpec,
+)
+
+H = 4
+CAMS = {"front": (8, 8, 3), "wrist": (6, 6, 3)}
+
+
+def make(
+    capacity: int = 512, cameras: dict[str, tuple[int, int, int]] | None = None, **kw: float
+) -> ChunkReplay:
+    spec = ReplaySpec(state_dim=2, action_dim=3, horizon=H, cameras=cameras or {}, gamma=0.9, **kw)  # type: ignore[arg-type]
+    return ChunkReplay(spec, capacity)
+
+
+def check_sample(b: dict, i: int) -> tuple[int, int, int]:
+    """Assert sample ``i`` is one consistent executed chunk; return (episode, tick, real actions)."""
+    ep, tick = int(b[STATE_KEY][i, 0]), int(b[STATE_KEY][i, 1])
+    mask = b[ACTION_MASK_KEY][i]
+    m = int(mask.sum())
+    assert m >= 1 and mask[:m].all() and not mask[m:].any()
+    acts = b[ACTION_KEY][i]
+    assert (acts[:m, 0] == ep).all(), "a chunk crossed an episode"
+    np.testing.assert_array_equal(acts[:m, 1], tick + np.arange(m))
+    assert (acts[m:] == 0).all()
+    if not b[DONE_KEY][i]:
+        assert b[NEXT_PREFIX + STATE_KEY][i, 0] == ep
+        assert b[NEXT_PREFIX + STATE_KEY][i, 1] == tick + m
+    for cam in CAMS if IMAGE_KEY_PREFIX + "front" in b else ():
+        assert (b[IMAGE_KEY_PREFIX + cam][i] == image_code(ep, tick)).all(), "torn image"
+        if not b[DONE_KEY][i]:
+            assert (b[NEXT_PREFIX + IMAGE_KEY_PREFIX + cam][i] == image_code(ep, tick + m)).all()
+    return ep, tick, m
+
+
+def test_chunk_never_crosses_an_episode_with_interleaved_actors():
+    buf = make()
+    rng = np.random.default_rng(0)
+    # Two actors, each streaming episodes in pieces; the pieces interleave in the buffer.
+    plans = {
+        "a": [(1, 9, "terminated"), (2, 6, "truncated")],
+        "b": [(10, 11, "truncated"), (11, 3, "terminated")],
+    }
+    for actor in ("a", "b"):
+        for ep, length, end in plans[actor]:
+            half = length // 2
+            buf.add(episode_batch(actor, ep, range(half)))
+            other = "b" if actor == "a" else "a"
+            buf.add(episode_batch(other, 99, range(100 + ep, 101 + ep)))  # unrelated, open episode
+            buf.add(episode_batch(actor, ep, range(half, length), end=end))
+    batch = buf.sample(400, rng)
+    seen = {check_sample(batch, i)[:2] for i in range(400)}
+    assert {(1, t) for t in range(9)} <= seen
+    # Starts whose next state has not arrived (the open episode 99) are never drawn.
+    assert all(ep != 99 for ep, _ in seen)
+
+
+def test_chunk_return_discount_and_done_are_exact():
+    buf = make()
+    rewards = np.array([0.0, 1.0, 0.0, 0.0, 2.0, 5.0])
+    buf.add(episode_batch("a", 1, range(6), end="terminated", rewards=rewards))
+    b = buf.sample(300, np.random.default_rng(1))
+    for i in range(300):
+        _, tick, m = check_sample(b, i)
+        expect = sum(0.9**k * rewards[tick + k] for k in range(m))
+        assert b[REWARD_KEY][i] == pytest.approx(expect, rel=1e-5)
+        assert b[DISCOUNT_KEY][i] == pytest.approx(0.9**m)
+        assert m == min(H, 6 - tick)
+        assert bool(b[DONE_KEY][i]) == (tick + m == 6)
+
+
+def test_truncated_episode_without_next_observation_bootstraps_from_its_last_tick():
+    buf = make()
+    buf.add(episode_batch("a", 1, range(6), end="truncated", with_next=False))
+    b = buf.sample(200, np.random.default_rng(2))
+    ticks = set()
+    for i in range(200):
+        _, tick, m = check_sample(b, i)
+        ticks.add(tick)
+        assert not b[DONE_KEY][i]
+        assert tick + m <= 5
+    assert ticks == {0, 1, 2, 3, 4}  # the last tick serves only as a next state
+
+
+def test_shape_mismatch_is_refused_counted_and_never_written():
+    buf = make(cameras=CAMS)
+    good = episode_batch("a", 1, range(5), end="terminated", cameras=CAMS)
+    buf.add(good)
+    before = (len(buf), buf.rows_added)
+    bad_state = episode_batch("a", 2, range(5), end="terminated", cameras=CAMS, state_dim=3)
+    bad_cam = episode_batch(
+        "a", 3, range(5), end="terminated", cameras={"front": (8, 8, 3), "wrist": (7, 6, 3)}
+    )
+    with pytest.raises(ReplayError, match=r"state has 3 columns, the spec has 2"):
+        buf.add(bad_state)
+    with pytest.raises(ReplayError, match=r"camera 'wrist'"):
+        buf.add(bad_cam)
+    assert buf.refused_batches == 2 and buf.refused_rows == 10
+    assert (len(buf), buf.rows_added) == before
+    b = buf.sample(100, np.random.default_rng(3))
+    assert set(b[STATE_KEY][:, 0].tolist()) == {1.0}
+
+
+def test_non_finite_values_are_refused():
+    buf = make()
+    bad = episode_batch("a", 1, range(5), end="terminated", rewards=[0, 0, np.nan, 0, 0])
+    with pytest.raises(ReplayError, match="reward holds NaN"):
+        buf.add(bad)
+    assert len(buf) == 0
+
+
+def test_capacity_overwrites_the_oldest_episodes_first():
+    buf = make(capacity=64)
+    for ep in range(20):
+        buf.add(episode_batch("a", ep, range(7), end="terminated"))  # 8 rows each
+    b = buf.sample(500, np.random.default_rng(4))
+    eps = {check_sample(b, i)[0] for i in range(500)}
+    assert eps == set(range(12, 20))
+    assert len(buf) == 8 * 7
+
+
+def test_lag_cap_drops_old_policy_versions_but_keeps_demonstrations():
+    buf = make()
+    buf.add(episode_batch("a", 1, range(5), end="terminated", version=1))
+    buf.add(episode_batch("a", 2, range(5), end="terminated", version=5))
+    buf.add(episode_batch("demo", 3, range(5), end="terminated", version=-1))
+    b = buf.sample(300, np.random.default_rng(5), min_version=4)
+    assert set(b[VERSION_KEY].tolist()) == {5, -1}
+    with pytest.raises(LookupError):
+        make().sample(1, np.random.default_rng(0))
+
+
+def test_prefix_len_is_the_recorded_delay_or_drawn_for_demonstrations():
+    buf = make(max_delay=2)
+    buf.add(episode_batch("a", 1, range(9), end="terminated", delay=3))
+    b = buf.sample(300, np.random.default_rng(6))
+    m = b[ACTION_MASK_KEY].sum(1)
+    np.testing.assert_array_equal(b[PREFIX_LEN_KEY], np.minimum(3, m - 1))
+    demo = make(max_delay=2)
+    demo.add(episode_batch("d", 1, range(9), end="terminated", delay=-1))
+    d = demo.sample(300, np.random.default_rng(7))
+    assert set(d[PREFIX_LEN_KEY].tolist()) == {0, 1, 2}
+
+
+def test_concurrent_ingest_and_sampling_never_return_a_torn_sample():
+    """A writer streams episodes into a small ring (constant overwriting) while readers sample."""
+    buf = make(capacity=96, cameras=CAMS)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    checked = [0]
+
+    def reader(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            while not stop.is_set():
+                try:
+                    b = buf.sample(32, rng)
+                except LookupError:
+                    continue
+                for i in range(32):
+                    check_sample(b, i)
+                checked[0] += 32
+        except BaseException as exc:
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=reader, args=(s,)) for s in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for ep in range(300):
+            if stop.is_set():
+                break
+            length = 3 + ep % 9
+            for lo in range(0, length, 2):
+                hi = min(lo + 2, length)
+                end = ("terminated", "truncated")[ep % 2] if hi == length else None
+                buf.add(episode_batch(f"actor-{ep % 3}", ep, range(lo, hi), end=end, cameras=CAMS))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+    assert not errors, errors[0]
+    assert checked[0] > 0
+    buf.close()
