@@ -37,7 +37,11 @@ class Role:
 
 
 ROLES: tuple[Role, ...] = (
-    Role("actor", "run the latency-aware actor (control loop + inference worker)", None, issue=5),
+    Role(
+        "actor",
+        "run the latency-aware actor (control loop + inference worker)",
+        "robotrl.actor.run:actor_role",
+    ),
     Role(
         "learner",
         "run the learner: ingest transitions, RAPI or BC updates, publish weights",

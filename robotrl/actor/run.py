@@ -8,9 +8,12 @@ interpreter.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import signal
 import sys
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -27,9 +30,9 @@ from robotrl.actor.recorder import TransitionSink
 from robotrl.actor.report import summarize
 from robotrl.actor.slots import PolicySlots
 from robotrl.actor.worker import ProcessInference, WorkerSpec
-from robotrl.config.schema import PolicyConfig, RobotRLConfig
-from robotrl.core.protocols import ChunkPolicy, InferenceBackend
-from robotrl.core.types import EnvSpec
+from robotrl.config.schema import PolicyConfig, RobotRLConfig, TransportConfig
+from robotrl.core.protocols import ChunkPolicy, InferenceBackend, WeightSource
+from robotrl.core.types import EnvSpec, Transition
 
 log = logging.getLogger(__name__)
 
@@ -55,24 +58,49 @@ def policy_for_worker(policy: dict[str, Any], spec: dict[str, Any]) -> ChunkPoli
     return make_policy(policy_cfg, env_spec)
 
 
-def make_backend(cfg: RobotRLConfig, spec: EnvSpec) -> tuple[InferenceBackend, int]:
-    """The inference backend for the configured mode, and the policy's horizon."""
+def subscriber_for_worker(transport: dict[str, Any]) -> WeightSource:
+    """Worker-side factory of the weight subscriber (the worker owns the policy's weights)."""
+    from omegaconf import OmegaConf
+
+    from robotrl.transport.weights import WeightSubscriber
+
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TransportConfig), transport))
+    assert isinstance(cfg, TransportConfig)
+    return WeightSubscriber.from_config(cfg)
+
+
+def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[InferenceBackend, int]:
+    """The inference backend for the configured mode, and the policy's horizon.
+
+    ``online``: new weights come from the learner's weight link, installed between inferences.
+    """
     if cfg.actor.virtual_time:
         slots = PolicySlots(make_policy(cfg.policy, spec), make_policy(cfg.policy, spec))
-        return InProcessInference(slots), slots.active.horizon
+        weights = None
+        if online:
+            from robotrl.transport.weights import WeightSubscriber
+
+            weights = WeightSubscriber.from_config(cfg.transport)
+        return InProcessInference(slots, weights), slots.active.horizon
     from omegaconf import OmegaConf
 
     policy_json = OmegaConf.to_container(OmegaConf.structured(cfg.policy), enum_to_str=True)
+    transport_json = OmegaConf.to_container(OmegaConf.structured(cfg.transport), enum_to_str=True)
     spec_json = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(spec).items()}
     worker_spec = WorkerSpec(
-        "robotrl.actor.run:policy_for_worker", {"policy": policy_json, "spec": spec_json}
+        "robotrl.actor.run:policy_for_worker",
+        {"policy": policy_json, "spec": spec_json},
+        weights_factory="robotrl.actor.run:subscriber_for_worker" if online else None,
+        weights_kwargs={"transport": transport_json} if online else {},
     )
     backend = ProcessInference(worker_spec)
     return backend, int(backend.info["horizon"])
 
 
-def run_episodes(cfg: RobotRLConfig, sink: TransitionSink | None, title: str) -> dict[str, Any]:
-    """Run ``cfg.actor.episodes`` episodes with progress; return the summary."""
+def run_episodes(
+    cfg: RobotRLConfig, sink: TransitionSink | None, title: str, online: bool = False
+) -> dict[str, Any]:
+    """Run ``cfg.actor.episodes`` episodes (0: until stopped) with progress; return the summary."""
     from robotrl.sim import make_env
     from robotrl.sim.latency import build_latency_model
 
@@ -80,7 +108,7 @@ def run_episodes(cfg: RobotRLConfig, sink: TransitionSink | None, title: str) ->
     spec = env.spec
     if not cfg.policy.path:
         log.warning("policy.path is not set: running a policy with random weights")
-    backend, horizon = make_backend(cfg, spec)
+    backend, horizon = make_backend(cfg, spec, online)
     latency = build_latency_model(cfg.actor.latency) if cfg.actor.virtual_time else None
     loop = build_loop(
         env,
@@ -93,12 +121,17 @@ def run_episodes(cfg: RobotRLConfig, sink: TransitionSink | None, title: str) ->
         max_prefix=cfg.policy.max_delay,
     )
     results: list[EpisodeResult] = []
+    stop = threading.Event()  # Ctrl-C: finish this episode (the arm holds at its end), then stop
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
     start = time.perf_counter()
     columns = (TextColumn(title), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"))
     try:
         with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True)) as progress:
-            task = progress.add_task(title, total=cfg.actor.episodes, status="")
-            for i in range(cfg.actor.episodes):
+            total = cfg.actor.episodes or None
+            task = progress.add_task(title, total=total, status="")
+            for i in itertools.count() if total is None else range(total):
+                if stop.is_set():
+                    break
                 result = loop.run_episode(i, seed=cfg.actor.seed + i)
                 results.append(result)
                 wins = sum(r.success for r in results)
@@ -107,6 +140,7 @@ def run_episodes(cfg: RobotRLConfig, sink: TransitionSink | None, title: str) ->
                     log.error("episode %d stopped: %s", i, result.failure)
                     break
     finally:
+        signal.signal(signal.SIGINT, previous)
         backend.close()
         env.close()
     summary = summarize(results, spec.control_hz, wall_clock=not cfg.actor.virtual_time)
@@ -160,4 +194,38 @@ def eval_role(cfg: RobotRLConfig) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2))
     print(f"summary written to {out}", file=sys.stderr)
+    return 1 if summary["failures"] else 0
+
+
+def actor_role(cfg: RobotRLConfig) -> int:
+    """`robotrl actor`: episodes whose transitions stream to the learner and whose weights
+    come from it, hot-swapped between inferences."""
+    from robotrl.core.batch import TransitionBatch
+    from robotrl.transport.transitions import TransitionSender
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    sender = TransitionSender.from_config(cfg.transport, cfg.actor.actor_id)
+    refused = 0
+
+    def to_learner(transitions: list[Transition]) -> None:
+        nonlocal refused
+        if not sender.send(TransitionBatch.from_transitions(transitions)):
+            refused += len(transitions)  # queue and spool full: counted, reported below
+
+    try:
+        summary = run_episodes(cfg, sink=to_learner, title=cfg.actor.actor_id, online=True)
+        delivered = sender.flush(timeout_s=cfg.transport.peer_timeout_s * 2)
+    finally:
+        sender.close()
+    summary["transport"] = {**sender.stats(), "refused_transitions": refused, "flushed": delivered}
+    print_summary(summary)
+    out = Path(cfg.run_dir) / f"actor_{cfg.actor.actor_id}_summary.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2))
+    print(f"summary written to {out}", file=sys.stderr)
+    if not delivered:
+        print(
+            "robotrl actor: some transitions were not acknowledged by the learner (kept in the spool)",
+            file=sys.stderr,
+        )
     return 1 if summary["failures"] else 0
