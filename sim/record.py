@@ -20,6 +20,7 @@ from robotrl.sim import so101
 from robotrl.sim.envs import SO101Env
 from robotrl.sim.experts import make_expert
 from robotrl.sim.registry import task_of
+from robotrl.sim.so101 import Array
 
 from robotrl.config.schema import PolicyKind, RobotRLConfig
 from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY
@@ -116,7 +117,7 @@ def record(cfg: RobotRLConfig) -> int:
     return 0 if saved == rec.episodes else 1
 
 
-def _episode(env: SO101Env, expert: Any, dataset: Any, keep: np.ndarray, seed: int) -> bool:
+def _episode(env: SO101Env, expert: Any, dataset: Any, keep: Array, seed: int) -> bool:
     obs, _ = env.reset(seed=seed)
     expert.reset()
     instruction = env.task.instruction
@@ -140,7 +141,7 @@ def _episode(env: SO101Env, expert: Any, dataset: Any, keep: np.ndarray, seed: i
             return bool(info["is_success"])
 
 
-def _as_observation(state: np.ndarray, tick: int) -> Any:
+def _as_observation(state: Array, tick: int) -> Any:
     from robotrl.core.types import Observation
 
     return Observation(tick=tick, state=state)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 from robotrl.sim.assets import ARM_XML, package_assets, simplified_mesh_dir
+from robotrl.sim.so101 import Array
 
 PHYSICS_TIMESTEP = 0.002
 """Upper bound of the physics step (s); the real step divides the control period evenly."""
@@ -41,7 +42,7 @@ def substeps_for(control_hz: float) -> tuple[int, float]:
     return n, period / n
 
 
-def look_at(pos: np.ndarray, target: np.ndarray) -> list[float]:
+def look_at(pos: Array, target: Array) -> list[float]:
     """Camera ``xyaxes`` that make a camera at ``pos`` look at ``target``, z up."""
     fwd = target - pos
     fwd /= np.linalg.norm(fwd)
