@@ -8,10 +8,12 @@ always wins.
 
 from __future__ import annotations
 
+import atexit
 import ctypes.util
 import glob
 import os
 import sys
+import weakref
 from typing import Any
 
 
@@ -37,12 +39,24 @@ def configure_gl_backend() -> None:
         os.environ.setdefault("PYOPENGL_PLATFORM", backend)
 
 
+_LIVE: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_renderers() -> None:
+    """Free GL contexts before interpreter teardown (OSMesa's own finaliser fails after it)."""
+    for renderer in list(_LIVE):
+        renderer.close()
+
+
 def make_renderer(model: Any, size: int) -> Any:
     """A ``mujoco.Renderer`` of ``size`` x ``size``, or an error that says how to fix the GL setup."""
     import mujoco
 
     try:
-        return mujoco.Renderer(model, size, size)
+        renderer = mujoco.Renderer(model, size, size)
+        _LIVE.add(renderer)
+        return renderer
     except Exception as exc:
         raise RuntimeError(
             f"MuJoCo offscreen rendering failed with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}. "
