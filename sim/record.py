@@ -23,7 +23,7 @@ from robotrl.sim.registry import task_of
 from robotrl.sim.so101 import Array
 
 from robotrl.config.schema import PolicyKind, RobotRLConfig
-from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY
+from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY, Observation
 
 ROBOT_TYPE = "so101_follower"
 
@@ -123,7 +123,7 @@ def _episode(env: SO101Env, expert: Any, dataset: Any, keep: Array, seed: int) -
     instruction = env.task.instruction
     tick = 0
     while True:
-        action = expert.act(_as_observation(obs["state"], tick))
+        action = expert.act(Observation(tick=tick, state=obs["state"], instruction=instruction))
         nxt, reward, terminated, truncated, info = env.step(action)
         frame: dict[str, Any] = {
             STATE_KEY: obs["state"][keep],
@@ -139,9 +139,3 @@ def _episode(env: SO101Env, expert: Any, dataset: Any, keep: Array, seed: int) -
         obs, tick = nxt, tick + 1
         if terminated or truncated:
             return bool(info["is_success"])
-
-
-def _as_observation(state: Array, tick: int) -> Any:
-    from robotrl.core.types import Observation
-
-    return Observation(tick=tick, state=state)
