@@ -62,7 +62,8 @@ def record(cfg: RobotRLConfig) -> int:
     if root.exists():
         if not rec.overwrite:
             print(
-                f"robotrl record: {root} exists; pick another record.output_dir or set record.overwrite=true"
+                f"robotrl record: {root} exists; pick another record.output_dir or set record.overwrite=true",
+                file=sys.stderr,
             )
             return 2
         shutil.rmtree(root)
