@@ -84,7 +84,7 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         self.render_mode = render_mode
         self.metadata = {**self.metadata, "render_fps": self.control_hz}
 
-        self.model = build_model(SceneOptions(control_hz, self.cameras, image_size, self.task.with_cube))
+        self.model = build_model(SceneOptions(control_hz, image_size, self.task.with_cube))
         self.data = mujoco.MjData(self.model)
         self.substeps, _ = substeps_for(control_hz)
         m = self.model

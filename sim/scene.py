@@ -30,7 +30,6 @@ _ARM, _GRIP = 1, 2
 @dataclass(frozen=True)
 class SceneOptions:
     control_hz: float = 30.0
-    cameras: tuple[str, ...] = ()
     image_size: int = 96
     with_cube: bool = False
 
@@ -60,9 +59,7 @@ def build_model(options: SceneOptions) -> mujoco.MjModel:
     """Compile the scene for ``options``."""
     spec = mujoco.MjSpec.from_file(str(package_assets() / ARM_XML))
     spec.meshdir = str(simplified_mesh_dir())
-    n, dt = substeps_for(options.control_hz)
-    del n
-    spec.option.timestep = dt
+    _, spec.option.timestep = substeps_for(options.control_hz)
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
     spec.option.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
     spec.option.impratio = 10.0
