@@ -282,10 +282,6 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         """An (image_size, image_size, 3) uint8 frame from ``camera``; shadows and reflections off."""
         if self._renderer is None:
             self._renderer = make_renderer(self.model, self.image_size)
-            flags = self._renderer.scene.flags
-            flags[mujoco.mjtRndFlag.mjRND_SHADOW] = False
-            flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = False
-            flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = False
         self._renderer.update_scene(self.data, camera=camera)
         frame: Array = self._renderer.render()
         return frame

@@ -50,16 +50,23 @@ def _close_renderers() -> None:
 
 
 def make_renderer(model: Any, size: int) -> Any:
-    """A ``mujoco.Renderer`` of ``size`` x ``size``, or an error that says how to fix the GL setup."""
+    """A ``size`` x ``size`` renderer with shadows, reflections and skybox off.
+
+    Raises an error that says how to fix the GL setup when no context can be made.
+    """
     import mujoco
 
     try:
         renderer = mujoco.Renderer(model, size, size)
-        _LIVE.add(renderer)
-        return renderer
     except Exception as exc:
         raise RuntimeError(
             f"MuJoCo offscreen rendering failed with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}. "
             "Import robotrl.sim before mujoco (it picks a headless backend), or set MUJOCO_GL=osmesa "
             "(Debian: libosmesa6) or MUJOCO_GL=egl (libegl1, and libegl-mesa0 without a GPU)."
         ) from exc
+    _LIVE.add(renderer)
+    flags = renderer.scene.flags  # shadows and reflections cost a software rasteriser ~20x
+    flags[mujoco.mjtRndFlag.mjRND_SHADOW] = False
+    flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = False
+    flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = False
+    return renderer

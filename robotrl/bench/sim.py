@@ -37,14 +37,15 @@ def _measure(task: str, cameras: tuple[str, ...], seconds: float, rounds: int) -
     import numpy as np
 
     from robotrl.sim.envs import SO101Env
+    from robotrl.sim.render import make_renderer
 
     env = SO101Env(task, cameras=cameras, image_size=IMAGE_SIZE, max_episode_ticks=10**9)
     obs, _ = env.reset(seed=0)
     rng = np.random.default_rng(0)
     walk = rng.normal(0.0, 0.6, (4096, 6)).cumsum(axis=0)
     actions = (obs["state"][:6] + walk - walk.mean(axis=0)).astype(np.float32)
-    env.step(actions[0])  # warm up: builds the renderer
-    renderer = env._renderer
+    env.step(actions[0])  # warm up
+    renderer = make_renderer(env.model, IMAGE_SIZE) if cameras else None
 
     def env_loop(i: int) -> None:
         env.step(actions[i % len(actions)])
@@ -52,6 +53,7 @@ def _measure(task: str, cameras: tuple[str, ...], seconds: float, rounds: int) -
     def bare_loop(i: int) -> None:
         mujoco.mj_step(env.model, env.data, nstep=env.substeps)
         for cam in cameras:
+            assert renderer is not None
             renderer.update_scene(env.data, camera=cam)
             renderer.render()
 
@@ -60,6 +62,8 @@ def _measure(task: str, cameras: tuple[str, ...], seconds: float, rounds: int) -
         env_rates.append(_rate(env_loop, seconds / rounds))
         bare_rates.append(_rate(bare_loop, seconds / rounds))
     env.close()
+    if renderer is not None:
+        renderer.close()
     return statistics.median(env_rates), statistics.median(bare_rates)
 
 
