@@ -14,7 +14,7 @@ from lerobot.robots.config import RobotConfig
 
 @RobotConfig.register_subclass("robotrl_so101_sim")
 @dataclass(kw_only=True)
-class SO101SimConfig(RobotConfig):
+class SO101SimConfig(RobotConfig):  # type: ignore[misc]  # lerobot is untyped
     task: str = "robotrl/SO101PickPlace-v0"
     """Gymnasium id of the sim task the arm stands in."""
     sim_cameras: list[str] = field(default_factory=lambda: ["front", "wrist"])

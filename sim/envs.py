@@ -24,6 +24,7 @@ import numpy as np
 from robotrl.sim import so101
 from robotrl.sim.render import make_renderer
 from robotrl.sim.scene import CUBE_HALF, EE_SITE, ZONE_RADIUS, SceneOptions, build_model, substeps_for
+from robotrl.sim.so101 import Array
 
 from robotrl.core.types import FloatArray
 
@@ -48,7 +49,7 @@ TASKS = {
 }
 
 
-class SO101Env(gym.Env[dict[str, np.ndarray], np.ndarray]):
+class SO101Env(gym.Env[dict[str, Array], Array]):
     """One SO-101 task in MuJoCo, stepped at ``control_hz``."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}  # noqa: RUF012 (gymnasium's API)
@@ -83,7 +84,7 @@ class SO101Env(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self.render_mode = render_mode
         self.metadata = {**self.metadata, "render_fps": self.control_hz}
 
-        self.model = build_model(SceneOptions(control_hz, self.cameras, image_size, self.task.with_cube))
+        self.model = build_model(SceneOptions(control_hz, image_size, self.task.with_cube))
         self.data = mujoco.MjData(self.model)
         self.substeps, _ = substeps_for(control_hz)
         m = self.model
@@ -106,7 +107,7 @@ class SO101Env(gym.Env[dict[str, np.ndarray], np.ndarray]):
             "cam_pos": m.cam_pos.copy(),
             "cam_fovy": m.cam_fovy.copy(),
         }
-        self._offsets = np.zeros(6)
+        self._offsets: Array = np.zeros(6)
         self._low, self._high = so101.ACTION_LOW.copy(), so101.ACTION_HIGH.copy()
         self.action_space = gym.spaces.Box(self._low, self._high, dtype=np.float32)
         self.state_names = self._state_names()
@@ -115,7 +116,7 @@ class SO101Env(gym.Env[dict[str, np.ndarray], np.ndarray]):
         }
         for cam in self.cameras:
             spaces[cam] = gym.spaces.Box(0, 255, (image_size, image_size, 3), dtype=np.uint8)
-        self.observation_space = gym.spaces.Dict(spaces)
+        self.observation_space = gym.spaces.Dict(spaces)  # type: ignore[assignment]
         self._renderer: mujoco.Renderer | None = None
         self._tick = 0
         self.clipped_actions = 0
@@ -132,7 +133,7 @@ class SO101Env(gym.Env[dict[str, np.ndarray], np.ndarray]):
     # ---- gymnasium API ------------------------------------------------------------------------
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    ) -> tuple[dict[str, Array], dict[str, Any]]:
         super().reset(seed=seed)
         rng = self.np_random
         m, d = self.model, self.data
@@ -149,7 +150,7 @@ class SO101Env(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self.clipped_actions = 0
         return self._observe(), self._info(False)
 
-    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+    def step(self, action: Array) -> tuple[dict[str, Array], float, bool, bool, dict[str, Any]]:
         a = np.asarray(action, dtype=np.float64)
         if a.shape != (6,):
             raise ValueError(f"SO-101 action must have shape (6,) (5 joints then gripper), got {a.shape}")
@@ -166,7 +167,7 @@ class SO101Env(gym.Env[dict[str, np.ndarray], np.ndarray]):
         truncated = self._tick >= self.max_episode_ticks and not success
         return self._observe(), reward, success, truncated, self._info(success)
 
-    def render(self) -> np.ndarray | None:  # type: ignore[override]
+    def render(self) -> Array | None:
         if self.render_mode != "rgb_array":
             return None
         return self.render_camera(self.cameras[0] if self.cameras else "front")
@@ -178,19 +179,22 @@ class SO101Env(gym.Env[dict[str, np.ndarray], np.ndarray]):
 
     # ---- task ---------------------------------------------------------------------------------
     @property
-    def ee_pos(self) -> np.ndarray:
-        return self.data.site_xpos[self._ee].copy()
+    def ee_pos(self) -> Array:
+        pos: Array = self.data.site_xpos[self._ee].copy()
+        return pos
 
     @property
-    def goal_pos(self) -> np.ndarray:
-        return self.model.body_pos[self._goal_body].copy()
+    def goal_pos(self) -> Array:
+        pos: Array = self.model.body_pos[self._goal_body].copy()
+        return pos
 
     @property
-    def cube_pose(self) -> np.ndarray:
+    def cube_pose(self) -> Array:
         """Cube position and quaternion (w, x, y, z); empty for tasks without a cube."""
         if self._cube_q < 0:
             return np.zeros(0)
-        return self.data.qpos[self._cube_q : self._cube_q + 7].copy()
+        pose: Array = self.data.qpos[self._cube_q : self._cube_q + 7].copy()
+        return pose
 
     def _place_task_objects(self, rng: np.random.Generator) -> None:
         m, d = self.model, self.data
@@ -263,27 +267,23 @@ class SO101Env(gym.Env[dict[str, np.ndarray], np.ndarray]):
             m.geom_rgba[self._cube_geom, :3] = [red, rng.uniform(0.0, 0.3), rng.uniform(0.0, 0.3)]
 
     # ---- observation --------------------------------------------------------------------------
-    def _observe(self) -> dict[str, np.ndarray]:
+    def _observe(self) -> dict[str, Array]:
         d = self.data
         q = d.qpos[self._qadr] + self._offsets
         parts = [so101.rad_to_units(q), so101.velocity_to_units(d.qvel[self._vadr]), self.goal_pos]
         if self.privileged_state and self.task.with_cube:
             parts.append(self.cube_pose)
-        obs: dict[str, np.ndarray] = {"state": np.concatenate(parts).astype(np.float32)}
+        obs: dict[str, Array] = {"state": np.concatenate(parts).astype(np.float32)}
         for cam in self.cameras:
             obs[cam] = self.render_camera(cam)
         return obs
 
-    def render_camera(self, camera: str) -> np.ndarray:
+    def render_camera(self, camera: str) -> Array:
         """An (image_size, image_size, 3) uint8 frame from ``camera``; shadows and reflections off."""
         if self._renderer is None:
             self._renderer = make_renderer(self.model, self.image_size)
-            flags = self._renderer.scene.flags
-            flags[mujoco.mjtRndFlag.mjRND_SHADOW] = False
-            flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = False
-            flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = False
         self._renderer.update_scene(self.data, camera=camera)
-        frame: np.ndarray = self._renderer.render()
+        frame: Array = self._renderer.render()
         return frame
 
     def _info(self, success: bool) -> dict[str, Any]:

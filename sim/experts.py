@@ -18,6 +18,7 @@ import numpy as np
 from robotrl.sim import so101
 from robotrl.sim.registry import task_of
 from robotrl.sim.scene import CUBE_HALF, EE_SITE, SceneOptions, build_model
+from robotrl.sim.so101 import Array
 
 from robotrl.core.types import FloatArray, Observation
 
@@ -43,7 +44,7 @@ class ArmKinematics:
         self.moving_pad = m.geom("moving_jaw_pad").id
         self.grip_point_local = self._grip_point_local()
 
-    def forward(self, q: np.ndarray) -> None:
+    def forward(self, q: Array) -> None:
         self.data.qpos[self.qadr] = q
         mujoco.mj_kinematics(self.model, self.data)
         mujoco.mj_comPos(self.model, self.data)
@@ -65,7 +66,7 @@ class ArmKinematics:
             lo, hi = (mid, hi) if self.pad_gap(mid) < gap else (lo, mid)
         return 0.5 * (lo + hi)
 
-    def _grip_point_local(self) -> np.ndarray:
+    def _grip_point_local(self) -> Array:
         """Between the pads when they hold a cube, in the gripper body's frame."""
         q = np.zeros(6)
         q[5] = self.gripper_for_gap(2 * CUBE_HALF + 0.01)
@@ -74,19 +75,18 @@ class ArmKinematics:
         rot = self.data.xmat[self.gripper_body].reshape(3, 3)
         return np.asarray(rot.T @ (mid - self.data.xpos[self.gripper_body]))
 
-    def point(self, grip: bool) -> np.ndarray:
+    def point(self, grip: bool) -> Array:
         if not grip:
-            return self.data.site_xpos[self.site].copy()
+            tip: Array = self.data.site_xpos[self.site].copy()
+            return tip
         rot = self.data.xmat[self.gripper_body].reshape(3, 3)
         return np.asarray(self.data.xpos[self.gripper_body] + rot @ self.grip_point_local)
 
-    def closing_dir(self) -> np.ndarray:
+    def closing_dir(self) -> Array:
         u = self.data.geom_xpos[self.moving_pad] - self.data.geom_xpos[self.fixed_pad]
         return np.asarray(u / (np.linalg.norm(u) + 1e-9))
 
-    def solve(
-        self, target: np.ndarray, q0: np.ndarray, *, grip: bool, down_weight: float, iters: int = 30
-    ) -> np.ndarray:
+    def solve(self, target: Array, q0: Array, *, grip: bool, down_weight: float, iters: int = 30) -> Array:
         """Joint angles (rad) putting the tip (or grip point) at ``target``, fingers down if weighted.
 
         Moves the first four joints only; wrist roll and gripper keep ``q0``'s values.
@@ -126,20 +126,20 @@ class _Expert:
         self.noise = noise
         self.rng = np.random.default_rng(seed)
         self.kin = ArmKinematics()
-        self.q_cmd: np.ndarray | None = None
-        self.point: np.ndarray | None = None
+        self.q_cmd: Array | None = None
+        self.point: Array | None = None
         self.reset()
 
     def reset(self) -> None:
         self.q_cmd = None
         self.point = None
 
-    def _start(self, q_obs: np.ndarray) -> None:
+    def _start(self, q_obs: Array) -> None:
         self.q_cmd = q_obs.copy()
         self.kin.forward(q_obs)
         self.point = self.kin.point(self.grip)
 
-    def _move_towards(self, goal: np.ndarray) -> float:
+    def _move_towards(self, goal: Array) -> float:
         """Advance the waypoint toward ``goal`` and solve IK; the distance left (m)."""
         assert self.point is not None and self.q_cmd is not None
         delta = goal - self.point
@@ -159,18 +159,18 @@ class _Expert:
         return np.clip(action, so101.ACTION_LOW, so101.ACTION_HIGH).astype(np.float32)
 
 
-def _state_of(obs: Observation | np.ndarray) -> np.ndarray:
+def _state_of(obs: Observation | Array) -> Array:
     return np.asarray(obs.state if isinstance(obs, Observation) else obs, dtype=np.float64)
 
 
-def _tick_of(obs: Observation | np.ndarray, fallback: int) -> int:
+def _tick_of(obs: Observation | Array, fallback: int) -> int:
     return obs.tick if isinstance(obs, Observation) else fallback
 
 
 class ReachExpert(_Expert):
     """Moves the fingertip straight to the target."""
 
-    def act(self, obs: Observation | np.ndarray) -> FloatArray:
+    def act(self, obs: Observation | Array) -> FloatArray:
         state = _state_of(obs)
         if self.q_cmd is None or _tick_of(obs, 1) == 0:
             self._start(so101.units_to_rad(state[:6]))
@@ -196,7 +196,7 @@ class PickPlaceExpert(_Expert):
         self.phase = 0
         self.phase_ticks = 0
 
-    def act(self, obs: Observation | np.ndarray) -> FloatArray:
+    def act(self, obs: Observation | Array) -> FloatArray:
         state = _state_of(obs)
         if state.shape[0] < 22:
             raise ValueError(
@@ -236,7 +236,7 @@ class PickPlaceExpert(_Expert):
             self.phase, self.phase_ticks = self.phase + 1, 0
         return self._command()
 
-    def _roll_to(self, cube_pose: np.ndarray) -> None:
+    def _roll_to(self, cube_pose: Array) -> None:
         """Choose the wrist roll that closes the jaws across two opposite cube faces."""
         assert self.q_cmd is not None
         w, z = cube_pose[3], cube_pose[6]

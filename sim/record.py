@@ -20,9 +20,10 @@ from robotrl.sim import so101
 from robotrl.sim.envs import SO101Env
 from robotrl.sim.experts import make_expert
 from robotrl.sim.registry import task_of
+from robotrl.sim.so101 import Array
 
 from robotrl.config.schema import PolicyKind, RobotRLConfig
-from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY
+from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY, Observation
 
 ROBOT_TYPE = "so101_follower"
 
@@ -61,7 +62,8 @@ def record(cfg: RobotRLConfig) -> int:
     if root.exists():
         if not rec.overwrite:
             print(
-                f"robotrl record: {root} exists; pick another record.output_dir or set record.overwrite=true"
+                f"robotrl record: {root} exists; pick another record.output_dir or set record.overwrite=true",
+                file=sys.stderr,
             )
             return 2
         shutil.rmtree(root)
@@ -116,13 +118,13 @@ def record(cfg: RobotRLConfig) -> int:
     return 0 if saved == rec.episodes else 1
 
 
-def _episode(env: SO101Env, expert: Any, dataset: Any, keep: np.ndarray, seed: int) -> bool:
+def _episode(env: SO101Env, expert: Any, dataset: Any, keep: Array, seed: int) -> bool:
     obs, _ = env.reset(seed=seed)
     expert.reset()
     instruction = env.task.instruction
     tick = 0
     while True:
-        action = expert.act(_as_observation(obs["state"], tick))
+        action = expert.act(Observation(tick=tick, state=obs["state"], instruction=instruction))
         nxt, reward, terminated, truncated, info = env.step(action)
         frame: dict[str, Any] = {
             STATE_KEY: obs["state"][keep],
@@ -138,9 +140,3 @@ def _episode(env: SO101Env, expert: Any, dataset: Any, keep: np.ndarray, seed: i
         obs, tick = nxt, tick + 1
         if terminated or truncated:
             return bool(info["is_success"])
-
-
-def _as_observation(state: np.ndarray, tick: int) -> Any:
-    from robotrl.core.types import Observation
-
-    return Observation(tick=tick, state=state)

@@ -8,10 +8,12 @@ always wins.
 
 from __future__ import annotations
 
+import atexit
 import ctypes.util
 import glob
 import os
 import sys
+import weakref
 from typing import Any
 
 
@@ -37,15 +39,34 @@ def configure_gl_backend() -> None:
         os.environ.setdefault("PYOPENGL_PLATFORM", backend)
 
 
+_LIVE: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_renderers() -> None:
+    """Free GL contexts before interpreter teardown (OSMesa's own finaliser fails after it)."""
+    for renderer in list(_LIVE):
+        renderer.close()
+
+
 def make_renderer(model: Any, size: int) -> Any:
-    """A ``mujoco.Renderer`` of ``size`` x ``size``, or an error that says how to fix the GL setup."""
+    """A ``size`` x ``size`` renderer with shadows, reflections and skybox off.
+
+    Raises an error that says how to fix the GL setup when no context can be made.
+    """
     import mujoco
 
     try:
-        return mujoco.Renderer(model, size, size)
+        renderer = mujoco.Renderer(model, size, size)
     except Exception as exc:
         raise RuntimeError(
             f"MuJoCo offscreen rendering failed with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}. "
             "Import robotrl.sim before mujoco (it picks a headless backend), or set MUJOCO_GL=osmesa "
             "(Debian: libosmesa6) or MUJOCO_GL=egl (libegl1, and libegl-mesa0 without a GPU)."
         ) from exc
+    _LIVE.add(renderer)
+    flags = renderer.scene.flags  # shadows and reflections cost a software rasteriser ~20x
+    flags[mujoco.mjtRndFlag.mjRND_SHADOW] = False
+    flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = False
+    flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = False
+    return renderer

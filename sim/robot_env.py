@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from robotrl.sim import so101
 from robotrl.sim.envs import SO101Env
+from robotrl.sim.so101 import Array
 
 from robotrl.core.protocols import StepResult
 from robotrl.core.types import EnvSpec, FloatArray, Observation
@@ -46,7 +47,7 @@ class SimRobotEnv:
     def close(self) -> None:
         self.env.close()
 
-    def _observation(self, obs: dict[str, np.ndarray]) -> Observation:
+    def _observation(self, obs: dict[str, Array]) -> Observation:
         images = {c: obs[c] for c in self.env.cameras}
         return Observation(
             tick=self._tick,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 from robotrl.sim.assets import ARM_XML, package_assets, simplified_mesh_dir
+from robotrl.sim.so101 import Array
 
 PHYSICS_TIMESTEP = 0.002
 """Upper bound of the physics step (s); the real step divides the control period evenly."""
@@ -29,7 +30,6 @@ _ARM, _GRIP = 1, 2
 @dataclass(frozen=True)
 class SceneOptions:
     control_hz: float = 30.0
-    cameras: tuple[str, ...] = ()
     image_size: int = 96
     with_cube: bool = False
 
@@ -41,7 +41,7 @@ def substeps_for(control_hz: float) -> tuple[int, float]:
     return n, period / n
 
 
-def look_at(pos: np.ndarray, target: np.ndarray) -> list[float]:
+def look_at(pos: Array, target: Array) -> list[float]:
     """Camera ``xyaxes`` that make a camera at ``pos`` look at ``target``, z up."""
     fwd = target - pos
     fwd /= np.linalg.norm(fwd)
@@ -59,9 +59,7 @@ def build_model(options: SceneOptions) -> mujoco.MjModel:
     """Compile the scene for ``options``."""
     spec = mujoco.MjSpec.from_file(str(package_assets() / ARM_XML))
     spec.meshdir = str(simplified_mesh_dir())
-    n, dt = substeps_for(options.control_hz)
-    del n
-    spec.option.timestep = dt
+    _, spec.option.timestep = substeps_for(options.control_hz)
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
     spec.option.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
     spec.option.impratio = 10.0

@@ -10,10 +10,15 @@ on these actions sends valid commands to the real arm.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from robotrl.core.types import FloatArray
+
+Array = npt.NDArray[Any]
+"""Any numpy array (MuJoCo hands out untyped float64 arrays)."""
 
 JOINTS: tuple[str, ...] = (
     "shoulder_pan",
@@ -45,16 +50,19 @@ _RAD_PER_UNIT = np.array([math.pi / 180.0] * 5 + [(GRIPPER_RAD[1] - GRIPPER_RAD[
 _RAD_OFFSET = np.array([0.0] * 5 + [GRIPPER_RAD[0]])
 
 
-def units_to_rad(values: FloatArray) -> np.ndarray:
+def units_to_rad(values: Array) -> Array:
     """Joint values in lerobot units (degrees; gripper 0..100) to MJCF radians."""
-    return np.asarray(values, dtype=np.float64) * _RAD_PER_UNIT + _RAD_OFFSET
+    rad: Array = np.asarray(values, dtype=np.float64) * _RAD_PER_UNIT + _RAD_OFFSET
+    return rad
 
 
-def rad_to_units(q: np.ndarray) -> FloatArray:
+def rad_to_units(q: Array) -> FloatArray:
     """MJCF radians to lerobot units (degrees; gripper 0..100)."""
-    return ((np.asarray(q, dtype=np.float64) - _RAD_OFFSET) / _RAD_PER_UNIT).astype(np.float32)
+    units: FloatArray = ((np.asarray(q, dtype=np.float64) - _RAD_OFFSET) / _RAD_PER_UNIT).astype(np.float32)
+    return units
 
 
-def velocity_to_units(qvel: np.ndarray) -> FloatArray:
+def velocity_to_units(qvel: Array) -> FloatArray:
     """Joint velocities (rad/s) to lerobot units per second."""
-    return (np.asarray(qvel, dtype=np.float64) / _RAD_PER_UNIT).astype(np.float32)
+    units: FloatArray = (np.asarray(qvel, dtype=np.float64) / _RAD_PER_UNIT).astype(np.float32)
+    return units

@@ -19,7 +19,7 @@ from robotrl.sim.envs import SO101Env
 from robotrl.sim.registry import task_of
 
 
-class SO101Sim(Robot):
+class SO101Sim(Robot):  # type: ignore[misc]  # lerobot is untyped
     """A MuJoCo SO-101 behind lerobot's Robot interface."""
 
     config_class = SO101SimConfig

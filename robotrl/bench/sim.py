@@ -3,7 +3,7 @@
 Runs on one core (the process is pinned, and the software rasteriser is limited to
 one thread) so the number is what one actor process gets. Each configuration steps
 the gymnasium env with a random walk around the start pose. The baseline, measured
-in the same run, is bare MuJoCo: ``mj_step`` for the same substeps (state) plus one
+in the same run and interleaved with it, is bare MuJoCo: ``mj_step`` for the same substeps (state) plus one
 ``Renderer.render`` per camera. The ratio is the share of the bare speed the env
 keeps after its own work (actions, clipping, observations, success checks).
 """
@@ -11,7 +11,9 @@ keeps after its own work (actions, clipping, observations, success checks).
 from __future__ import annotations
 
 import os
+import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 IMAGE_SIZE = 96
@@ -29,47 +31,48 @@ def pin_to_one_core() -> str:
     return "unpinned"
 
 
-def _env_rate(task: str, cameras: tuple[str, ...], seconds: float) -> float:
+def _measure(task: str, cameras: tuple[str, ...], seconds: float, rounds: int) -> tuple[float, float]:
+    """(env steps/s, bare MuJoCo steps/s), medians of interleaved rounds on one env."""
+    import mujoco
     import numpy as np
 
     from robotrl.sim.envs import SO101Env
+    from robotrl.sim.render import make_renderer
 
     env = SO101Env(task, cameras=cameras, image_size=IMAGE_SIZE, max_episode_ticks=10**9)
     obs, _ = env.reset(seed=0)
     rng = np.random.default_rng(0)
-    actions = obs["state"][:6] + rng.normal(0.0, 3.0, (512, 6)).cumsum(axis=0).astype(np.float32) * 0.2
-    env.step(actions[0])  # warm up (renderer, caches)
-    steps, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds:
-        for a in actions[:32]:
-            env.step(a)
-        steps += 32
-        actions = np.roll(actions, -32, axis=0)
-    env.close()
-    return steps / elapsed
+    walk = rng.normal(0.0, 0.6, (4096, 6)).cumsum(axis=0)
+    actions = (obs["state"][:6] + walk - walk.mean(axis=0)).astype(np.float32)
+    env.step(actions[0])  # warm up
+    renderer = make_renderer(env.model, IMAGE_SIZE) if cameras else None
 
+    def env_loop(i: int) -> None:
+        env.step(actions[i % len(actions)])
 
-def _bare_rate(task: str, cameras: tuple[str, ...], seconds: float) -> float:
-    import mujoco
-
-    from robotrl.sim.envs import SO101Env
-
-    env = SO101Env(task, cameras=cameras, image_size=IMAGE_SIZE)
-    env.reset(seed=0)
-    m, d = env.model, env.data
-    renderer = None
-    if cameras:
-        env.render_camera(cameras[0])  # builds the renderer with the env's settings
-        renderer = env._renderer
-    steps, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds:
-        mujoco.mj_step(m, d, nstep=env.substeps)
+    def bare_loop(i: int) -> None:
+        mujoco.mj_step(env.model, env.data, nstep=env.substeps)
         for cam in cameras:
             assert renderer is not None
-            renderer.update_scene(d, camera=cam)
+            renderer.update_scene(env.data, camera=cam)
             renderer.render()
-        steps += 1
+
+    env_rates, bare_rates = [], []
+    for _ in range(rounds):
+        env_rates.append(_rate(env_loop, seconds / rounds))
+        bare_rates.append(_rate(bare_loop, seconds / rounds))
     env.close()
+    if renderer is not None:
+        renderer.close()
+    return statistics.median(env_rates), statistics.median(bare_rates)
+
+
+def _rate(step: Callable[[int], None], seconds: float) -> float:
+    steps, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        for _ in range(16):
+            step(steps)
+            steps += 1
     return steps / elapsed
 
 
@@ -78,13 +81,12 @@ def run(quick: bool = False) -> dict[str, Any]:
     import robotrl.sim  # noqa: F401  (chooses the GL backend before mujoco loads)
     from robotrl.bench.report import report
 
-    seconds = 0.5 if quick else 2.0
+    seconds, rounds = (0.6, 3) if quick else (3.0, 5)
     rows = []
     rates: dict[str, list[float]] = {label: [] for label, _ in CONFIGS}
     for task in TASKS:
         for label, cameras in CONFIGS:
-            env_rate = _env_rate(task, cameras, seconds)
-            bare = _bare_rate(task, cameras, seconds)
+            env_rate, bare = _measure(task, cameras, seconds, rounds)
             rates[label].append(env_rate)
             rows.append([task, label, env_rate, bare, f"{env_rate / bare:.2f}"])
     result: dict[str, Any] = {"bench": "sim"}

@@ -22,4 +22,4 @@ def test_bench_sim_prints_its_json_line_last():
     assert result["bench"] == "sim"
     for key in ("steps_per_s_state", "steps_per_s_1cam", "steps_per_s_2cam"):
         assert result[key] > 0
-    assert result["steps_per_s_state"] > result["steps_per_s_1cam"] > result["steps_per_s_2cam"]
+    assert result["gl_backend"] in ("osmesa", "egl", "glfw", "default")
