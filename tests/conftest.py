@@ -6,6 +6,7 @@ import os
 import sys
 
 import pytest
+import robotrl.sim  # noqa: F401 - chooses MUJOCO_GL before any test module imports mujoco
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("dev", max_examples=60, deadline=None)
