@@ -16,6 +16,7 @@ from collections.abc import Sequence
 #: Benchmark name -> module with ``run(quick: bool) -> dict``.
 BENCHMARKS: dict[str, str] = {
     "codec": "robotrl.bench.codec",
+    "policy": "robotrl.bench.policy",
 }
 
 
