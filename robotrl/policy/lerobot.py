@@ -22,7 +22,7 @@ saved beside it (normalisation, tokenisation, device). What the adapter adds:
 SmolVLA and pi0/pi05 download their backbone (and tokenizer) configs from the hub
 when instantiated, so they cannot be built on an offline machine without a local
 copy; their paths here (RTC routing, ``reduction="none"``) are exercised only up
-to loading. See ``docs``/README for what was tested.
+to loading. robotrl/policy/README.md lists what is tested offline.
 """
 
 from __future__ import annotations
