@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "sim": "robotrl.bench.sim",
     "transport": "robotrl.bench.transport",
     "learner": "robotrl.bench.learner",
+    "policy": "robotrl.bench.policy",
 }
 
 

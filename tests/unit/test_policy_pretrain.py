@@ -107,3 +107,19 @@ def test_resumed_pretraining_matches_an_uninterrupted_run(dataset, tmp_path):
 def test_pretrain_without_dataset_names_the_field(tmp_path, capsys):
     assert cli_main(["pretrain", "policy=flow_tiny", f"run_dir={tmp_path}"]) == 2
     assert "dataset" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("pretrain.steps=0", "pretrain.steps"),
+        ("pretrain.val_fraction=1.0", "pretrain.val_fraction"),
+        ("pretrain.lr=-1", "pretrain.lr"),
+        ("dataset=''", "dataset"),
+    ],
+)
+def test_bad_pretrain_config_names_the_field(override, field):
+    from robotrl.config.load import ConfigError
+
+    with pytest.raises(ConfigError, match=field):
+        load_config([override])

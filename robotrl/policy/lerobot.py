@@ -1,0 +1,363 @@
+"""LerobotChunkPolicy: any lerobot pretrained policy as a robotrl ``ChunkPolicy``.
+
+Loads ACT, Diffusion, SmolVLA, pi0, pi05 (any registered lerobot policy type) from a
+local ``save_pretrained`` directory, offline, with the pre- and post-processors
+saved beside it (normalisation, tokenisation, device). What the adapter adds:
+
+- chunk inference from a robotrl :class:`Observation` (uint8 HWC images become the
+  float CHW frames lerobot expects);
+- prefix handling: policies that implement lerobot's real-time chunking
+  (``supports_rtc()`` with an enabled ``rtc_config``: SmolVLA, pi0, pi05) get the
+  committed prefix as ``prev_chunk_left_over`` with ``inference_delay``, so RTC
+  guidance inpaints the continuation; other policies (ACT, Diffusion) are blended:
+  the junction offset between the prefix's last action and the new chunk decays
+  linearly over ``blend_ticks``, so the arm does not jump. Either way the first
+  ``delay`` rows are the prefix, bit-exact;
+- a per-sample loss: ``forward(batch, reduction="none")`` where the policy offers
+  it (SmolVLA, pi0, pi05), ACT's L1 + KL per sample, and otherwise one forward per
+  sample. Prefix rows are marked as padding, so the loss covers the continuation;
+- trainable tensors: the parameters with ``requires_grad`` (a VLA configured to
+  train only its action expert ships only that).
+
+SmolVLA and pi0/pi05 download their backbone (and tokenizer) configs from the hub
+when instantiated, so they cannot be built on an offline machine without a local
+copy; their paths here (RTC routing, ``reduction="none"``) are exercised only up
+to loading. robotrl/policy/README.md lists what is tested offline.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from torch import Tensor, nn
+
+from robotrl.config.schema import PolicyConfig, PolicyKind
+from robotrl.core.types import (
+    ACTION_KEY,
+    ACTION_MASK_KEY,
+    IMAGE_KEY_PREFIX,
+    PREFIX_LEN_KEY,
+    STATE_KEY,
+    TASK_KEY,
+    EnvSpec,
+    FloatArray,
+    Observation,
+)
+from robotrl.policy.checkpoint import META_FILE, CheckpointError, expect_architecture, read_meta, write_meta
+
+ARCHITECTURE = "robotrl.lerobot"
+LEROBOT_CONFIG = "config.json"
+BLEND_TICKS = 8
+
+
+def enable_rtc(policy_cls: type, config: Any) -> bool:
+    """Turn on lerobot's RTC guidance for a policy class that implements it; True when on.
+
+    The RTC processor is built in the policy's constructor from ``config.rtc_config``,
+    so this must run before the policy is instantiated. The prefix length passed at
+    inference bounds the guided rows (lerobot clips its execution horizon to it).
+    """
+    from lerobot.policies.rtc.configuration_rtc import RTCConfig
+
+    supports = getattr(policy_cls, "supports_rtc", None)
+    if not callable(supports) or not supports(None):
+        return False
+    if getattr(config, "rtc_config", None) is None:
+        config.rtc_config = RTCConfig(enabled=True)
+    return bool(config.rtc_config.enabled)
+
+
+def _spec_from_lerobot(config: Any, name: str) -> EnvSpec:
+    """An EnvSpec from a lerobot policy config's features (action bounds unknown: infinite)."""
+    state = config.input_features.get(STATE_KEY)
+    action = config.output_features[ACTION_KEY]
+    cameras = {}
+    for key, feat in config.input_features.items():
+        if key.startswith(IMAGE_KEY_PREFIX):
+            c, h, w = feat.shape
+            cameras[key.removeprefix(IMAGE_KEY_PREFIX)] = (int(h), int(w), int(c))
+    dim = int(action.shape[0])
+    return EnvSpec(
+        name=name,
+        action_names=tuple(f"action_{i}" for i in range(dim)),
+        action_low=(-float("inf"),) * dim,
+        action_high=(float("inf"),) * dim,
+        state_names=tuple(f"state_{i}" for i in range(int(state.shape[0]) if state else 0)),
+        camera_shapes=cameras,
+    )
+
+
+class LerobotChunkPolicy(nn.Module):
+    """A lerobot ``PreTrainedPolicy`` with its processors, behind the ``ChunkPolicy`` protocol."""
+
+    def __init__(self, policy: Any, preprocessor: Any, postprocessor: Any, spec: EnvSpec) -> None:
+        super().__init__()
+        self.policy = policy
+        self.preprocessor, self.postprocessor = preprocessor, postprocessor
+        self.spec = spec
+        self.config = policy.config
+        self.cameras = tuple(k.removeprefix(IMAGE_KEY_PREFIX) for k in self.config.image_features)
+        for cam in self.cameras:
+            if cam not in spec.camera_shapes:
+                raise CheckpointError(
+                    f"the lerobot policy reads camera {cam!r}; the env has {sorted(spec.camera_shapes)}"
+                )
+        self._normalizer = next(
+            (s for s in preprocessor.steps if type(s).__name__ == "NormalizerProcessorStep"), None
+        )
+        forward_params = inspect.signature(policy.forward).parameters
+        self._forward_reduces = "reduction" in forward_params
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        spec: EnvSpec | None = None,
+        cfg: PolicyConfig | None = None,
+        device: str = "cpu",
+    ) -> LerobotChunkPolicy:
+        """Load from a local lerobot ``save_pretrained`` directory (or a robotrl checkpoint of one)."""
+        from lerobot.configs.policies import PreTrainedConfig
+        from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
+        src = Path(path)
+        if (src / META_FILE).is_file():
+            meta = read_meta(src)
+            expect_architecture(src, meta, ARCHITECTURE)
+            if spec is None:
+                from robotrl.policy.checkpoint import spec_from_dict
+
+                spec = spec_from_dict(meta["spec"])
+        if not (src / LEROBOT_CONFIG).is_file():
+            raise CheckpointError(
+                f"{src}: not a local lerobot policy directory (no {LEROBOT_CONFIG}); no hub downloads"
+            )
+        config = PreTrainedConfig.from_pretrained(src)
+        config.device = device
+        policy_cls = get_policy_class(config.type)
+        enable_rtc(policy_cls, config)
+        policy = policy_cls.from_pretrained(src, config=config)
+        pre, post = make_pre_post_processors(
+            config,
+            pretrained_path=str(src),
+            preprocessor_overrides={"device_processor": {"device": device}},
+        )
+        adapter = cls(policy, pre, post, spec or _spec_from_lerobot(config, src.name))
+        if cfg is not None and cfg.kind is not PolicyKind.lerobot:
+            raise CheckpointError(f"{src}: a lerobot policy, but policy.kind={cfg.kind.value}")
+        return adapter.to(device).eval()
+
+    def save(self, path: str | Path) -> None:
+        """lerobot's own files (model, config, processors) plus robotrl's metadata, in one directory."""
+        out = Path(path)
+        self.policy.save_pretrained(out)
+        self.preprocessor.save_pretrained(out)
+        self.postprocessor.save_pretrained(out)
+        cfg = PolicyConfig(kind=PolicyKind.lerobot, horizon=self.horizon, max_delay=0)
+        write_meta(out, ARCHITECTURE, cfg, self.spec, lerobot_type=self.config.type)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def horizon(self) -> int:
+        return int(self.config.chunk_size)
+
+    @property
+    def action_dim(self) -> int:
+        return int(self.config.output_features[ACTION_KEY].shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        param: Tensor = next(self.policy.parameters())
+        return param.device
+
+    @property
+    def uses_rtc(self) -> bool:
+        """True when the policy takes the prefix through lerobot's RTC guidance (else: blending)."""
+        supports = getattr(self.policy, "supports_rtc", None)
+        rtc = getattr(self.config, "rtc_config", None)
+        return bool(callable(supports) and supports() and rtc is not None and rtc.enabled)
+
+    # ------------------------------------------------------------------ inference
+    def check_observation(self, obs: Observation) -> None:
+        state_feat = self.config.input_features.get(STATE_KEY)
+        if state_feat is not None and np.asarray(obs.state).shape != tuple(state_feat.shape):
+            raise ValueError(
+                f"observation {STATE_KEY!r}: expected shape {tuple(state_feat.shape)}, "
+                f"got {np.shape(obs.state)}"
+            )
+        for cam in self.cameras:
+            key = IMAGE_KEY_PREFIX + cam
+            if cam not in obs.images:
+                raise ValueError(
+                    f"observation {key!r} is missing (this policy reads cameras {list(self.cameras)})"
+                )
+            c, h, w = self.config.input_features[key].shape
+            img = obs.images[cam]
+            if img.shape != (h, w, c) or img.dtype != np.uint8:
+                raise ValueError(
+                    f"observation {key!r}: expected uint8 {(h, w, c)}, got {img.dtype} {img.shape}"
+                )
+
+    def _observation_frame(self, obs: Observation) -> dict[str, Any]:
+        frame: dict[str, Any] = {
+            STATE_KEY: torch.as_tensor(np.asarray(obs.state, dtype=np.float32)),
+            TASK_KEY: obs.instruction or self.spec.instruction,
+        }
+        for cam in self.cameras:
+            frame[IMAGE_KEY_PREFIX + cam] = torch.from_numpy(obs.images[cam]).permute(2, 0, 1).float() / 255.0
+        return frame
+
+    def infer(self, observation: Observation, prefix: FloatArray | None, delay: int) -> FloatArray:
+        """An (H, A) chunk whose first ``delay`` rows are ``prefix`` exactly (RTC or blending after)."""
+        self.check_observation(observation)
+        if not 0 <= delay <= self.horizon:
+            raise ValueError(f"delay must be in [0, horizon={self.horizon}], got {delay}")
+        prefix_arr: FloatArray = np.zeros((0, self.action_dim), np.float32)
+        if delay:
+            if prefix is None:
+                raise ValueError(
+                    f"delay={delay} needs a prefix of shape ({delay}, {self.action_dim}), got None"
+                )
+            prefix_arr = np.asarray(prefix, dtype=np.float32)
+            if prefix_arr.shape != (delay, self.action_dim):
+                raise ValueError(
+                    f"prefix: expected shape ({delay}, {self.action_dim}), got {prefix_arr.shape}"
+                )
+        with torch.inference_mode():
+            batch = self.preprocessor(self._observation_frame(observation))
+            if self.uses_rtc:
+                left_over = self._normalize_actions(torch.as_tensor(prefix_arr)) if delay else None
+                raw = self.policy.predict_action_chunk(
+                    batch, inference_delay=delay, prev_chunk_left_over=left_over
+                )
+            else:
+                raw = self.policy.predict_action_chunk(batch)
+            chunk = self.postprocessor(raw)
+        out = np.array(chunk.reshape(-1, self.action_dim)[: self.horizon].cpu().numpy(), dtype=np.float32)
+        if delay:
+            if not self.uses_rtc:
+                blend_into_prefix(out, prefix_arr)
+            out[:delay] = prefix_arr
+        return out
+
+    def _normalize_actions(self, actions: Tensor) -> Tensor:
+        if self._normalizer is None:
+            return actions.to(self.device)
+        normalized: Tensor = self._normalizer._normalize_action(actions.to(self.device), inverse=False)
+        return normalized
+
+    # ------------------------------------------------------------------ training
+    def _lerobot_batch(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        for key in (STATE_KEY, ACTION_KEY, PREFIX_LEN_KEY, ACTION_MASK_KEY, TASK_KEY):
+            if key not in batch:
+                raise KeyError(f"batch is missing {key!r} (has {sorted(batch)})")
+        actions = batch[ACTION_KEY].float()
+        h = actions.shape[1]
+        if h != self.horizon:
+            raise ValueError(f"batch {ACTION_KEY!r}: expected horizon {self.horizon}, got {h}")
+        in_prefix = torch.arange(h, device=actions.device) < batch[PREFIX_LEN_KEY].to(
+            actions.device
+        ).unsqueeze(1)
+        frame: dict[str, Any] = {
+            STATE_KEY: batch[STATE_KEY].float(),
+            ACTION_KEY: actions,
+            # Without prefix conditioning in the model, the prefix is excluded from the loss as padding.
+            "action_is_pad": in_prefix | ~batch[ACTION_MASK_KEY].to(actions.device).bool(),
+            TASK_KEY: list(batch[TASK_KEY]),
+        }
+        for cam in self.cameras:
+            key = IMAGE_KEY_PREFIX + cam
+            if key not in batch:
+                raise KeyError(f"batch is missing {key!r} (has {sorted(batch)})")
+            frame[key] = batch[key].permute(0, 3, 1, 2).float() / 255.0
+        out: dict[str, Any] = self.preprocessor(frame)
+        return out
+
+    def per_sample_loss(self, batch: Mapping[str, Any]) -> Tensor:
+        """The policy's own training loss per sample (B,), over rows after the prefix."""
+        lb = self._lerobot_batch(batch)
+        if self._forward_reduces:
+            losses, _ = self.policy.forward(lb, reduction="none")
+            out: Tensor = losses
+            return out
+        if self.config.type == "act":
+            act_loss: Tensor = self._act_per_sample_loss(lb)
+            return act_loss
+        per_sample = []
+        b = lb[ACTION_KEY].shape[0]
+        for i in range(b):
+            one = {
+                k: (v[i : i + 1] if isinstance(v, Tensor) and v.shape[:1] == (b,) else v)
+                for k, v in lb.items()
+            }
+            loss, _ = self.policy.forward(one)
+            per_sample.append(loss.reshape(()))
+        return torch.stack(per_sample)
+
+    def _act_per_sample_loss(self, lb: dict[str, Any]) -> Tensor:
+        """ACT's L1 (over valid rows) + KL weight x KL, per sample rather than batch-averaged."""
+        cfg = self.config
+        model_batch = dict(lb)
+        if cfg.image_features:
+            model_batch["observation.images"] = [lb[key] for key in cfg.image_features]
+        actions_hat, (mu, log_sigma_x2) = self.policy.model(model_batch)
+        valid = (~lb["action_is_pad"]).unsqueeze(-1).float()
+        l1: Tensor = ((lb[ACTION_KEY] - actions_hat).abs() * valid).sum((1, 2)) / (
+            valid.sum((1, 2)) * actions_hat.shape[-1]
+        ).clamp_min(1)
+        if cfg.use_vae and log_sigma_x2 is not None:
+            kld = (-0.5 * (1 + log_sigma_x2 - mu.pow(2) - log_sigma_x2.exp())).sum(-1)
+            out: Tensor = l1 + kld * cfg.kl_weight
+            return out
+        return l1
+
+    # ------------------------------------------------------------------ weights
+    def trainable_tensors(self) -> dict[str, npt.NDArray[np.generic]]:
+        """Parameters with ``requires_grad`` as CPU numpy copies."""
+        return {
+            name: p.detach().to("cpu", copy=True).float().numpy()
+            for name, p in self.policy.named_parameters()
+            if p.requires_grad
+        }
+
+    def load_weights(self, tensors: Mapping[str, npt.NDArray[np.generic]]) -> None:
+        """Copy ``tensors`` into the lerobot policy in place; checks all before copying any."""
+        params = dict(self.policy.named_parameters())
+        for name, arr in tensors.items():
+            if name not in params:
+                raise KeyError(f"load_weights: {name!r} is not a parameter of this {self.config.type} policy")
+            if tuple(arr.shape) != tuple(params[name].shape):
+                raise ValueError(
+                    f"load_weights: {name!r} has shape {tuple(arr.shape)}, "
+                    f"expected {tuple(params[name].shape)}"
+                )
+            if arr.dtype != np.float32:
+                raise ValueError(f"load_weights: {name!r} has dtype {arr.dtype}, expected float32")
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            for name, arr in tensors.items():
+                params[name].copy_(torch.from_numpy(np.asarray(arr)))
+
+
+def blend_into_prefix(chunk: FloatArray, prefix: FloatArray, ticks: int = BLEND_TICKS) -> None:
+    """Shift ``chunk``'s continuation towards where ``prefix`` ends, the shift fading over ``ticks``.
+
+    For policies that cannot take a prefix: row ``d`` (the first chosen action)
+    continues from the prefix's last action as the new chunk's own row ``d - 1``
+    would, and by ``ticks`` rows later the policy's own plan is back in charge.
+    """
+    d = len(prefix)
+    if d == 0 or d >= len(chunk):
+        return
+    offset = prefix[-1] - chunk[d - 1]
+    window = min(ticks, len(chunk) - d - 1)  # the last row is always the policy's own
+    fade = (window - np.arange(window, dtype=np.float32)) / (window + 1)
+    chunk[d : d + window] += fade[:, None] * offset
