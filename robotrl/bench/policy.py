@@ -17,7 +17,6 @@ ratio is what loading costs over the copy it cannot avoid.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import struct
 import time
@@ -31,6 +30,7 @@ from safetensors.numpy import save as st_save
 from robotrl.bench.report import report
 from robotrl.config.schema import PolicyConfig, PolicySize
 from robotrl.core.types import EnvSpec, Observation
+from robotrl.policy.factory import inference_threads
 from robotrl.policy.flow import FlowChunkPolicy, parameter_count
 
 HORIZON, DELAY, IMAGE = 32, 4, 96
@@ -48,10 +48,6 @@ def so101_spec() -> EnvSpec:
         camera_shapes={"front": (IMAGE, IMAGE, 3), "wrist": (IMAGE, IMAGE, 3)},
         instruction="pick up the cube and place it in the bowl",
     )
-
-
-def inference_threads() -> int:
-    return max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
 def time_inference(policy: FlowChunkPolicy, calls: int, cuda: bool) -> tuple[list[float], list[float]]:

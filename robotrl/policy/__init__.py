@@ -6,6 +6,13 @@ Other parts import only :func:`build_policy`, :func:`load_policy` and
 """
 
 from robotrl.policy.checkpoint import CheckpointError
-from robotrl.policy.factory import build_policy, load_policy, resolve_device, save_policy
+from robotrl.policy.factory import build_policy, inference_threads, load_policy, resolve_device, save_policy
 
-__all__ = ["CheckpointError", "build_policy", "load_policy", "resolve_device", "save_policy"]
+__all__ = [
+    "CheckpointError",
+    "build_policy",
+    "inference_threads",
+    "load_policy",
+    "resolve_device",
+    "save_policy",
+]

@@ -8,6 +8,7 @@ lerobot adapter is imported only when asked for, since lerobot's import is slow.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,15 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
+
+
+def inference_threads() -> int:
+    """torch intra-op threads for a batch-1 inference worker: half the cores, at most 4.
+
+    On a 2-core machine that is one: a second thread contends with the control loop and
+    made chunk inference many times slower in our measurements.
+    """
+    return max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
 def build_policy(cfg: PolicyConfig, spec: EnvSpec) -> ChunkPolicy:
@@ -67,8 +77,8 @@ def _check_matches(policy: FlowChunkPolicy, cfg: PolicyConfig, spec: EnvSpec) ->
             f"action/state dims {policy.action_dim}/{policy.spec.state_dim} "
             f"(env has {spec.action_dim}/{spec.state_dim})"
         )
-    if set(policy.cameras) != set(spec.camera_shapes):
-        wrong.append(f"cameras {list(policy.cameras)} (env has {sorted(spec.camera_shapes)})")
+    if dict(policy.spec.camera_shapes) != dict(spec.camera_shapes):
+        wrong.append(f"cameras {dict(policy.spec.camera_shapes)} (env has {dict(spec.camera_shapes)})")
     if wrong:
         raise CheckpointError(f"policy.path={cfg.path}: checkpoint has " + "; ".join(wrong))
     # Inference-time settings come from the config, not the checkpoint.

@@ -200,6 +200,9 @@ def test_build_policy_loads_a_checkpoint_and_refuses_another_size(tmp_path):
     cfg.size = PolicySize.small
     with pytest.raises(CheckpointError, match="size tiny"):
         build_policy(cfg, make_spec())
+    cfg.size = PolicySize.tiny
+    with pytest.raises(CheckpointError, match="cameras"):
+        build_policy(cfg, make_spec(cameras=("front",)))
 
 
 def test_checkpoint_of_another_architecture_is_refused(tmp_path):
