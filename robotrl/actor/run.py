@@ -74,7 +74,12 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
 
     ``online``: new weights come from the learner's weight link, installed between inferences.
     """
+    from robotrl.policy import inference_threads
+
     if cfg.actor.virtual_time:
+        import torch
+
+        torch.set_num_threads(inference_threads())
         slots = PolicySlots(make_policy(cfg.policy, spec), make_policy(cfg.policy, spec))
         weights = None
         if online:
@@ -92,6 +97,7 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
         {"policy": policy_json, "spec": spec_json},
         weights_factory="robotrl.actor.run:subscriber_for_worker" if online else None,
         weights_kwargs={"transport": transport_json} if online else {},
+        torch_threads=inference_threads(),
     )
     backend = ProcessInference(worker_spec)
     return backend, int(backend.info["horizon"])

@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "transport": "robotrl.bench.transport",
     "learner": "robotrl.bench.learner",
     "policy": "robotrl.bench.policy",
+    "actor": "robotrl.bench.actor",
 }
 
 
