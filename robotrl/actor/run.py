@@ -116,6 +116,11 @@ def run_episodes(
         log.warning("policy.path is not set: running a policy with random weights")
     backend, horizon = make_backend(cfg, spec, online)
     latency = build_latency_model(cfg.actor.latency) if cfg.actor.virtual_time else None
+    observer = None
+    if cfg.actor.rerun_path:
+        from robotrl.viz.rerun import RerunObserver
+
+        observer = RerunObserver(cfg.actor.rerun_path, application_id=f"robotrl-{cfg.actor.actor_id}")
     loop = build_loop(
         env,
         backend,
@@ -125,6 +130,7 @@ def run_episodes(
         sink=sink,
         batch_transitions=cfg.transport.batch_transitions,
         max_prefix=cfg.policy.max_delay,
+        observer=observer,
     )
     results: list[EpisodeResult] = []
     stop = threading.Event()  # Ctrl-C: finish this episode (the arm holds at its end), then stop
@@ -149,6 +155,12 @@ def run_episodes(
         signal.signal(signal.SIGINT, previous)
         backend.close()
         env.close()
+        if observer is not None:
+            observer.close()
+            print(
+                f"rerun recording written to {observer.path} (open it with: rerun {observer.path})",
+                file=sys.stderr,
+            )
     summary = summarize(results, spec.control_hz, wall_clock=not cfg.actor.virtual_time)
     summary.update(
         env=cfg.env.id,

@@ -131,6 +131,8 @@ class ActorConfig:
     """Seed of the first episode; episode i uses seed + i."""
     max_inference_errors: int = 3
     """Consecutive inference errors before the actor stops cleanly."""
+    rerun_path: str | None = None
+    """Write a rerun recording (.rrd: cameras, joints, generated vs executed chunks, latency) here."""
 
 
 @dataclass

@@ -31,7 +31,10 @@ def run_eval(tmp_path: Path, *overrides: str) -> dict:
 
 @pytest.mark.timeout(300)
 def test_eval_in_virtual_time_writes_its_summary(tmp_path):
-    summary = run_eval(tmp_path, "actor.episodes=2", "actor.strategy=blend")
+    summary = run_eval(
+        tmp_path, "actor.episodes=2", "actor.strategy=blend", f"actor.rerun_path={tmp_path}/eval.rrd"
+    )
+    assert (tmp_path / "eval.rrd").stat().st_size > 10_000
     assert summary["episodes"] == 2 and summary["ticks"] == 120
     assert summary["strategy"] == "blend" and summary["latency"] == "lognormal"
     assert summary["starved_ticks"] == 0 and summary["failures"] == []
