@@ -185,10 +185,12 @@ class LearnerConfig:
     """Stop after this many update groups in this run; 0 runs until stopped."""
     log_every_groups: int = 10
     """Console and JSON-lines metrics every this many update groups."""
+    save_buffers: bool = False
+    """Also checkpoint the online buffer, intervention segments and fastest successes (large)."""
     resume: bool = True
     """Resume from the latest checkpoint in run_dir when there is one."""
     rerun: bool = False
-    """Also log metrics to rerun (a viewer started by rerun-sdk)."""
+    """Also record metrics to <run_dir>/learner.rrd (open with `rerun learner.rrd`)."""
 
 
 @dataclass

@@ -17,6 +17,7 @@ rows out of it, so nothing is held twice while an episode is still running.
 from __future__ import annotations
 
 import heapq
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,17 @@ class SuccessStore:
 
     def lengths(self) -> list[int]:
         return sorted(-n for n, _ in self._heap)
+
+    def save(self, folder: Path) -> None:
+        self.table.save(folder)
+        (folder / "slots.json").write_text(json.dumps({"heap": self._heap, "offered": self.offered}))
+
+    def load(self, folder: Path) -> None:
+        self.table.load(folder)
+        meta = json.loads((folder / "slots.json").read_text())
+        self._heap = [(int(n), int(slot)) for n, slot in meta["heap"]]
+        heapq.heapify(self._heap)
+        self.offered = int(meta["offered"])
 
 
 class AnchorBuffer:
@@ -101,6 +113,15 @@ class AnchorBuffer:
         sizes = np.array([len(t) for t in tables], np.float64)
         counts = rng.multinomial(batch_size, sizes / sizes.sum())
         return concat([t.sample(int(c), rng) for t, c in zip(tables, counts, strict=True) if c])
+
+    def save(self, folder: Path) -> None:
+        """Interventions and successes (demonstrations are reloaded from their dataset)."""
+        self.interventions.save(folder / "interventions")
+        self.successes.save(folder / "successes")
+
+    def load(self, folder: Path) -> None:
+        self.interventions.load(folder / "interventions")
+        self.successes.load(folder / "successes")
 
     def stats(self) -> dict[str, int]:
         out = {"anchor_ready": len(self), "anchor_successes": len(self.successes.lengths())}

@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -203,7 +204,19 @@ class Learner:
 
     def save(self) -> None:
         assert self.checkpointer is not None
-        self.checkpointer.save(self.algorithm.state_dict(), self.counters, self.algorithm.policy_weights())
+        buffers = self._save_buffers if self.cfg.save_buffers else None
+        self.checkpointer.save(
+            self.algorithm.state_dict(), self.counters, self.algorithm.policy_weights(), buffers
+        )
+
+    def _save_buffers(self, folder: Path) -> None:
+        self.online.save(folder / "online")
+        self.anchor.save(folder / "anchor")
+
+    def load_buffers(self, folder: Path) -> None:
+        """Restore what a checkpoint with ``save_buffers`` holds."""
+        self.online.load(folder / "online")
+        self.anchor.load(folder / "anchor")
 
     def _log(self, result: Any) -> None:
         now = self.clock()

@@ -21,7 +21,7 @@ from robotrl.core.protocols import Receiver, Sender
 from robotrl.core.types import EnvSpec, WeightUpdate
 from robotrl.learner.algorithms import build_algorithm
 from robotrl.learner.anchor import AnchorBuffer
-from robotrl.learner.checkpoint import Checkpointer, Counters
+from robotrl.learner.checkpoint import BUFFERS, Checkpointer, Counters
 from robotrl.learner.demos import load_demonstrations
 from robotrl.learner.loop import Learner
 from robotrl.learner.metrics import MetricsLog
@@ -29,6 +29,7 @@ from robotrl.learner.replay import ChunkReplay, ReplaySpec
 from robotrl.learner.torch_utils import resolve_device
 
 METRICS_FILE = "learner_metrics.jsonl"
+RERUN_FILE = "learner.rrd"
 EXIT_MISSING_PART = 3
 
 
@@ -69,8 +70,9 @@ def build_learner(
         state, counters = checkpointer.load(latest, device)
         algorithm.load_state_dict(state)
         logging.getLogger(__name__).info("resumed from %s: %s", latest, counters)
-    metrics = MetricsLog(Path(cfg.run_dir) / METRICS_FILE, console=console, rerun=lrn.rerun)
-    return Learner(
+    rerun_path = Path(cfg.run_dir) / RERUN_FILE if lrn.rerun else None
+    metrics = MetricsLog(Path(cfg.run_dir) / METRICS_FILE, console=console, rerun_path=rerun_path)
+    learner = Learner(
         algorithm,
         online,
         anchor,
@@ -83,6 +85,9 @@ def build_learner(
         weights_subset=cfg.transport.weights_subset,
         seed=cfg.seed,
     )
+    if latest is not None and lrn.save_buffers and (latest / BUFFERS).is_dir():
+        learner.load_buffers(latest / BUFFERS)
+    return learner
 
 
 def _env_spec(cfg: RobotRLConfig) -> EnvSpec:

@@ -97,18 +97,11 @@ def test_loop_ingests_updates_publishes_rising_versions_and_resumes_from_its_che
     assert resumed.counters.groups == 4 and resumed.counters.weight_version == 4
     assert resumed.counters.transitions == counters.transitions
     assert resumed.algorithm.state_dict()["counters"] == saved
-    announced = None
-
-    def first_sent(update):
-        nonlocal announced
-        announced = announced or update
-        return True
-
-    resumed.weights = type("Spy", (), {"send": staticmethod(first_sent), "close": lambda self: None})()
     resumed.run(max_groups=2)
-    assert announced is not None and announced.version == 5  # re-announced, never reused
+    again = outbox2.drain()
+    assert [u.version for u in again] == [5, 6, 7]  # re-announced as 5, never a reused version
     for name, tensor in updates[-1].tensors.items():
-        np.testing.assert_array_equal(announced.tensors[name], tensor)
+        np.testing.assert_array_equal(again[0].tensors[name], tensor)
     assert resumed.counters.groups == 6 and resumed.counters.weight_version == 7
     resumed.online.close()
     resumed.anchor.close()
@@ -147,3 +140,20 @@ def test_batches_mix_anchor_and_online_and_respect_the_lag_cap(tmp_path):
     assert learner._lag_max == 1
     learner.online.close()
     learner.anchor.close()
+
+
+def test_buffers_survive_a_restart_when_enabled(tmp_path):
+    cfg = config(tmp_path, save_buffers=True)
+    inbox = QueueLink()
+    for b in episodes(0, 4):
+        inbox.send(b)
+    first = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, QueueLink(), console=False)
+    first.run(max_groups=2)
+    ready = (len(first.online), len(first.anchor))
+    assert ready[0] > 0 and ready[1] > 0
+    second = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, QueueLink(), QueueLink(), console=False)
+    assert (len(second.online), len(second.anchor)) == ready
+    assert second.anchor.successes.lengths() == first.anchor.successes.lengths()
+    for learner in (first, second):
+        learner.online.close()
+        learner.anchor.close()
