@@ -161,6 +161,9 @@ class LearnerConfig:
     """Fastest successful episodes kept in the anchor buffer."""
     max_policy_lag: int | None = None
     """Drop samples older than this many policy versions; None keeps all."""
+    max_samples_per_insert: float | None = None
+    """Rate limit (as Reverb's): pause updates while samples drawn exceed this many per
+    transition ingested (counted from learning_starts); None: never pause."""
     demos_path: str | None = None
     """Local LeRobotDataset of demonstrations for the anchor buffer."""
     checkpoint_every_groups: int = 50
@@ -305,6 +308,10 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     if lrn.max_policy_lag is not None and lrn.max_policy_lag < 0:
         out.append(("learner.max_policy_lag", f"must be >= 0 or null, got {lrn.max_policy_lag}"))
     out += _positive("learner.checkpoint_every_groups", lrn.checkpoint_every_groups)
+    if lrn.max_samples_per_insert is not None and lrn.max_samples_per_insert <= 0:
+        out.append(
+            ("learner.max_samples_per_insert", f"must be > 0 or null, got {lrn.max_samples_per_insert}")
+        )
     if lrn.fastest_successes < 0:
         out.append(("learner.fastest_successes", f"must be >= 0, got {lrn.fastest_successes}"))
     out += _positive("learner.critic_hidden", lrn.critic_hidden)

@@ -4,7 +4,8 @@ Ingest: every :class:`TransitionBatch` from the transition :class:`Receiver` goe
 into the online buffer (a refused batch is counted and logged, never written),
 and the :class:`AnchorFeeder` copies intervention segments and fast successes into
 the anchor. Updates: once ``learning_starts`` samples are ready, update groups run
-back to back; each batch is ``anchor_fraction`` anchor and the rest online
+back to back (paused, Reverb-style, while samples drawn per transition ingested
+exceed ``max_samples_per_insert``); each batch is ``anchor_fraction`` anchor and the rest online
 (whichever buffer is empty gives way to the other). Online samples older than
 ``max_policy_lag`` versions are not drawn, and the lag of what is drawn is logged.
 After a group that changed the policy, its weights go out through the weight
@@ -66,6 +67,10 @@ class Learner:
         self._ingest_thread: threading.Thread | None = None
         self.refused_batches = 0
         self.publish_refused = 0
+        self.throttled = threading.Event()
+        """Set while updates wait for the rate limit (samples per insert)."""
+        self._inserted = 0
+        self._sampled = 0
         self._lag_sum = 0
         self._lag_n = 0
         self._lag_max = 0
@@ -86,6 +91,7 @@ class Learner:
         self.feeder.observe(batch, added)
         with self._data:
             self.counters.transitions += len(batch)
+            self._inserted += len(batch)
             self._window_transitions += len(batch)
             self._data.notify_all()
         return True
@@ -142,16 +148,27 @@ class Learner:
         if n_anchor:
             parts.append(self.anchor.sample(n_anchor, self._rng))
         self._window_updates += 1
+        self._sampled += size
         return concat(parts)
 
     def _wait_for_data(self) -> bool:
-        """Block until ``learning_starts`` samples are ready; False when stopped first."""
+        """Block until ``learning_starts`` samples are ready and the rate limit allows a group;
+        False when stopped first."""
         with self._data:
             while not self._stop.is_set():
                 if self.ready() >= max(self.cfg.learning_starts, 1) and self._can_sample():
-                    return True
+                    if not self._over_rate():
+                        self.throttled.clear()
+                        return True
+                    self.throttled.set()
                 self._data.wait(timeout=0.5)
         return False
+
+    def _over_rate(self) -> bool:
+        spi = self.cfg.max_samples_per_insert
+        if spi is None:
+            return False
+        return self._sampled >= spi * max(self._inserted, self.cfg.learning_starts)
 
     def _can_sample(self) -> bool:
         if len(self.anchor):
@@ -229,6 +246,7 @@ class Learner:
             "updates_per_s": self._window_updates / elapsed,
             "lag_mean": self._lag_sum / self._lag_n if self._lag_n else 0.0,
             "lag_max": self._lag_max,
+            "samples_per_insert": self._sampled / max(self._inserted, 1),
             "refused_batches": self.refused_batches,
             "segments": self.feeder.segments_added,
             "successes_kept": self.feeder.successes_kept,

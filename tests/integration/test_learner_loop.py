@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -155,5 +156,28 @@ def test_buffers_survive_a_restart_when_enabled(tmp_path):
     assert (len(second.online), len(second.anchor)) == ready
     assert second.anchor.successes.lengths() == first.anchor.successes.lengths()
     for learner in (first, second):
+        learner.online.close()
+        learner.anchor.close()
+
+
+def test_rate_limit_pauses_updates_until_more_transitions_arrive(tmp_path):
+    # 2 critic + 1 actor updates of 16 samples: 48 samples per group; 40 transitions allow 60.
+    cfg = config(tmp_path, max_samples_per_insert=1.5)
+    inbox = QueueLink()
+    learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, QueueLink(), console=False)
+    for b in episodes(0, 4):  # 40 transitions, stored before the loop starts
+        learner.ingest(b)
+    runner = threading.Thread(target=learner.run, kwargs={"max_groups": 4})
+    runner.start()
+    try:
+        assert learner.throttled.wait(timeout=30), "the rate limit never paused the updates"
+        assert learner.counters.groups == 2  # 0 < 60 and 48 < 60 ran; 96 >= 60 waits
+        for b in episodes(4, 8):
+            inbox.send(b)
+        runner.join(timeout=60)
+        assert not runner.is_alive() and learner.counters.groups == 4
+    finally:
+        learner.stop()
+        runner.join(timeout=10)
         learner.online.close()
         learner.anchor.close()
