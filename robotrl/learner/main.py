@@ -113,16 +113,17 @@ def run_learner(cfg: RobotRLConfig) -> int:
     """The `robotrl learner` role."""
     import torch
 
-    try:
-        from robotrl.policy import build_policy
-    except ImportError as exc:
-        print(f"robotrl learner: the policy package is missing from this install ({exc})", file=sys.stderr)
-        return EXIT_MISSING_PART
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.manual_seed(cfg.seed)
-    spec = _env_spec(cfg)
-    policy = build_policy(cfg.policy, spec)
-    transitions, weights = _open_links(cfg)
+    try:  # the parts other packages provide: the env's spec, the policy, the ZeroMQ links
+        from robotrl.policy import build_policy
+
+        spec = _env_spec(cfg)
+        policy = build_policy(cfg.policy, spec)
+        transitions, weights = _open_links(cfg)
+    except ImportError as exc:
+        print(f"robotrl learner: a part it needs is missing from this install: {exc}", file=sys.stderr)
+        return EXIT_MISSING_PART
     learner = build_learner(cfg, policy, spec, transitions, weights)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: learner.stop())
