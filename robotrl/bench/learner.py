@@ -122,7 +122,10 @@ class _Discard:
 
 
 def _default_policy(cfg: RobotRLConfig, spec: EnvSpec) -> Any:
-    from robotrl.policy import build_policy
+    try:
+        from robotrl.policy import build_policy
+    except ImportError as exc:
+        raise SystemExit(f"robotrl bench learner: needs the built-in policy package ({exc})") from exc
 
     return build_policy(cfg.policy, spec)
 

@@ -107,12 +107,17 @@ class AnchorBuffer:
     def sample(self, batch_size: int, rng: np.random.Generator, min_version: int | None = None) -> Batch:
         """Uniform over every anchor chunk sample; raises LookupError when there is none."""
         del min_version  # the anchor is kept regardless of the policy that produced it
-        tables = [t for t in self.tables() if len(t)]
-        if not tables:
-            raise LookupError("anchor buffer has no chunk sample ready")
-        sizes = np.array([len(t) for t in tables], np.float64)
-        counts = rng.multinomial(batch_size, sizes / sizes.sum())
-        return concat([t.sample(int(c), rng) for t, c in zip(tables, counts, strict=True) if c])
+        for _ in range(3):  # a table can empty between counting and drawing (a success slot refilling)
+            tables = [t for t in self.tables() if len(t)]
+            if not tables:
+                break
+            sizes = np.array([len(t) for t in tables], np.float64)
+            counts = rng.multinomial(batch_size, sizes / sizes.sum())
+            try:
+                return concat([t.sample(int(c), rng) for t, c in zip(tables, counts, strict=True) if c])
+            except LookupError:
+                continue
+        raise LookupError("anchor buffer has no chunk sample ready")
 
     def save(self, folder: Path) -> None:
         """Interventions and successes (demonstrations are reloaded from their dataset)."""

@@ -146,7 +146,10 @@ class Learner:
                 self._lag_max = max(self._lag_max, int(lag.max()))
             parts.append(online)
         if n_anchor:
-            parts.append(self.anchor.sample(n_anchor, self._rng))
+            try:
+                parts.append(self.anchor.sample(n_anchor, self._rng))
+            except LookupError:  # emptied since it was counted: draw online instead
+                parts.append(self.online.sample(n_anchor, self._rng, self._min_version()))
         self._window_updates += 1
         self._sampled += size
         return concat(parts)
