@@ -162,8 +162,7 @@ class LearnerConfig:
     max_policy_lag: int | None = None
     """Drop samples older than this many policy versions; None keeps all."""
     max_samples_per_insert: float | None = None
-    """Rate limit (as Reverb's): pause updates while samples drawn exceed this many per
-    transition ingested (counted from learning_starts); None: never pause."""
+    """Rate limit (as Reverb's): pause updates while samples drawn per transition ingested exceed it."""
     demos_path: str | None = None
     """Local LeRobotDataset of demonstrations for the anchor buffer."""
     checkpoint_every_groups: int = 50
