@@ -197,12 +197,11 @@ def run(quick: bool = False, policy_factory: PolicyFactory | None = None) -> dic
             producer.start()
             before, groups_before = learner.counters.transitions, learner.counters.groups
             start = time.perf_counter()
-            runner = threading.Thread(target=learner.run, daemon=True)
-            runner.start()
-            stop.wait(seconds)
-            learner.stop()
-            runner.join(timeout=600)
+            timer = threading.Timer(seconds, learner.stop)  # updates stay in this thread, as in the role
+            timer.start()
+            learner.run()
             elapsed = time.perf_counter() - start
+            timer.cancel()
             stop.set()
             producer.join(timeout=5)
             ingest_tps = (learner.counters.transitions - before) / elapsed
@@ -223,6 +222,7 @@ def run(quick: bool = False, policy_factory: PolicyFactory | None = None) -> dic
         "updates_per_s_while_ingesting": round(both_updates, 2),
         "meets_target": float(ingest_tps >= TARGET_TPS),
         "device": device.type,
+        "torch_threads": float(torch.get_num_threads()),
         "policy_params": float(n_params),
     }
     report(

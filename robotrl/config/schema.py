@@ -169,6 +169,8 @@ class LearnerConfig:
     """Write a checkpoint every this many update groups."""
     device: str = "auto"
     """'auto' (CUDA with bf16 autocast when present), 'cpu' or 'cuda'."""
+    torch_threads: int = 0
+    """Torch intra-op CPU threads of the learner; 0 keeps torch's default (one per core)."""
     critic_images: bool = True
     """The critic reads the cameras through a small CNN as well as the state."""
     critic_hidden: int = 256
@@ -311,6 +313,8 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
         out.append(
             ("learner.max_samples_per_insert", f"must be > 0 or null, got {lrn.max_samples_per_insert}")
         )
+    if lrn.torch_threads < 0:
+        out.append(("learner.torch_threads", f"must be >= 0 (0: torch's default), got {lrn.torch_threads}"))
     if lrn.fastest_successes < 0:
         out.append(("learner.fastest_successes", f"must be >= 0, got {lrn.fastest_successes}"))
     out += _positive("learner.critic_hidden", lrn.critic_hidden)

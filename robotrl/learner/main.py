@@ -115,6 +115,8 @@ def run_learner(cfg: RobotRLConfig) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.manual_seed(cfg.seed)
+    if cfg.learner.torch_threads:
+        torch.set_num_threads(cfg.learner.torch_threads)
     try:  # the parts other packages provide: the env's spec, the policy, the ZeroMQ links
         from robotrl.policy import build_policy
 
