@@ -120,9 +120,8 @@ class Learner:
         return None if lag is None else self.counters.weight_version - lag
 
     def ready(self) -> int:
-        """Samples that could be drawn now (online within the lag cap, plus anchor)."""
-        online = len(self.online)
-        return online + len(self.anchor)
+        """Chunk samples stored and ready, online and anchor (the lag cap is checked apart)."""
+        return len(self.online) + len(self.anchor)
 
     def next_batch(self) -> Batch:
         """One training batch: ``anchor_fraction`` anchor, the rest online within the lag cap."""
