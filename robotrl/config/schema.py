@@ -169,6 +169,8 @@ class LearnerConfig:
     """Write a checkpoint every this many update groups."""
     device: str = "auto"
     """'auto' (CUDA with bf16 autocast when present), 'cpu' or 'cuda'."""
+    prefetch_batches: int | None = None
+    """Batches drawn ahead in a background thread; None: 2 on CUDA, 0 (inline) on the CPU."""
     torch_threads: int = 0
     """Torch intra-op CPU threads of the learner; 0 keeps torch's default (one per core)."""
     critic_images: bool = True
@@ -313,6 +315,8 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
         out.append(
             ("learner.max_samples_per_insert", f"must be > 0 or null, got {lrn.max_samples_per_insert}")
         )
+    if lrn.prefetch_batches is not None and lrn.prefetch_batches < 0:
+        out.append(("learner.prefetch_batches", f"must be >= 0 or null, got {lrn.prefetch_batches}"))
     if lrn.torch_threads < 0:
         out.append(("learner.torch_threads", f"must be >= 0 (0: torch's default), got {lrn.torch_threads}"))
     if lrn.fastest_successes < 0:

@@ -5,7 +5,8 @@ into the online buffer (a refused batch is counted and logged, never written),
 and the :class:`AnchorFeeder` copies intervention segments and fast successes into
 the anchor. Updates: once ``learning_starts`` samples are ready, update groups run
 back to back (paused, Reverb-style, while samples drawn per transition ingested
-exceed ``max_samples_per_insert``); each batch is ``anchor_fraction`` anchor and the rest online
+exceed ``max_samples_per_insert``; optionally drawn ahead by a :class:`Prefetcher`);
+each batch is ``anchor_fraction`` anchor and the rest online
 (whichever buffer is empty gives way to the other). Online samples older than
 ``max_policy_lag`` versions are not drawn, and the lag of what is drawn is logged.
 After a group that changed the policy, its weights go out through the weight
@@ -30,6 +31,7 @@ from robotrl.core.types import WeightUpdate
 from robotrl.learner.anchor import AnchorBuffer, AnchorFeeder
 from robotrl.learner.checkpoint import Checkpointer, Counters
 from robotrl.learner.metrics import MetricsLog
+from robotrl.learner.prefetch import Prefetcher
 from robotrl.learner.replay import VERSION_KEY, Batch, ChunkReplay, ReplayError, concat
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,7 @@ class Learner:
         checkpointer: Checkpointer | None = None,
         counters: Counters | None = None,
         weights_subset: str = "trainable",
+        prefetch: int = 0,
         seed: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -60,6 +63,7 @@ class Learner:
         self.counters = counters or Counters()
         self.feeder = AnchorFeeder(online, anchor)
         self.subset = weights_subset
+        self.prefetch = prefetch
         self.clock = clock
         self._rng = np.random.default_rng(seed)
         self._stop = threading.Event()
@@ -199,11 +203,14 @@ class Learner:
         if self.counters.weight_version > 0:
             self.publish()  # a resumed learner re-announces its policy under a new version
         done = 0
+        prefetcher: Prefetcher | None = None
         try:
             while not self._stop.is_set() and (max_groups == 0 or done < max_groups):
                 if not self._wait_for_data():
                     break
-                result = self.algorithm.update_group(self.next_batch)
+                if self.prefetch and prefetcher is None:
+                    prefetcher = Prefetcher(self.next_batch, self.prefetch)
+                result = self.algorithm.update_group(prefetcher.get if prefetcher else self.next_batch)
                 self.counters.groups += 1
                 done += 1
                 if result.get("actor_updates", 0) > 0:
@@ -214,6 +221,8 @@ class Learner:
                     self.save()
         finally:
             self._stop.set()
+            if prefetcher is not None:
+                prefetcher.close()
             if self._ingest_thread is not None:
                 self._ingest_thread.join(timeout=5)
                 self._ingest_thread = None

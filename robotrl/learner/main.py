@@ -83,6 +83,7 @@ def build_learner(
         checkpointer=checkpointer,
         counters=counters,
         weights_subset=cfg.transport.weights_subset,
+        prefetch=lrn.prefetch_batches if lrn.prefetch_batches is not None else 2 * (device.type == "cuda"),
         seed=cfg.seed,
     )
     if latest is not None and lrn.save_buffers and (latest / BUFFERS).is_dir():

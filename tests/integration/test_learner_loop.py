@@ -181,3 +181,17 @@ def test_rate_limit_pauses_updates_until_more_transitions_arrive(tmp_path):
         runner.join(timeout=10)
         learner.online.close()
         learner.anchor.close()
+
+
+def test_prefetched_batches_train_the_same_loop(tmp_path):
+    cfg = config(tmp_path, prefetch_batches=2)
+    inbox, outbox = QueueLink(), QueueLink()
+    for b in episodes(0, 4):
+        inbox.send(b)
+    learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
+    assert learner.prefetch == 2
+    learner.run(max_groups=3)
+    assert [u.version for u in outbox.drain()] == [1, 2, 3]
+    assert not any(t.name == "prefetch" and t.is_alive() for t in threading.enumerate())
+    learner.online.close()
+    learner.anchor.close()

@@ -29,6 +29,7 @@ def test_learner_presets_compose():
         ("learner.anchor_capacity=10", "learner.anchor_capacity"),
         ("learner.demos_path=''", "learner.demos_path"),
         ("learner.torch_threads=-1", "learner.torch_threads"),
+        ("learner.prefetch_batches=-1", "learner.prefetch_batches"),
         ("learner.max_samples_per_insert=0", "learner.max_samples_per_insert"),
     ],
 )
