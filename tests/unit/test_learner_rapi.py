@@ -78,7 +78,7 @@ def test_critic_converges_to_the_known_values_of_a_chain():
     with torch.no_grad():
         q1, q2, v = algo.critic(batch)
     for est in (q1, q2, v):
-        np.testing.assert_allclose(est.numpy(), truth, atol=0.05)
+        np.testing.assert_allclose(est.numpy(), truth, atol=0.01)
 
 
 def two_mode_replay(horizon: int) -> ChunkReplay:
