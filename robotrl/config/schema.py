@@ -167,12 +167,18 @@ class LearnerConfig:
     """Fastest successful episodes kept in the anchor buffer."""
     max_policy_lag: int | None = None
     """Drop samples older than this many policy versions; None keeps all."""
+    max_samples_per_insert: float | None = None
+    """Rate limit (as Reverb's): pause updates while samples drawn per transition ingested exceed it."""
     demos_path: str | None = None
     """Local LeRobotDataset of demonstrations for the anchor buffer."""
     checkpoint_every_groups: int = 50
     """Write a checkpoint every this many update groups."""
     device: str = "auto"
     """'auto' (CUDA with bf16 autocast when present), 'cpu' or 'cuda'."""
+    prefetch_batches: int | None = None
+    """Batches drawn ahead in a background thread; None: 2 on CUDA, 0 (inline) on the CPU."""
+    torch_threads: int = 0
+    """Torch intra-op CPU threads of the learner; 0 keeps torch's default (one per core)."""
     critic_images: bool = True
     """The critic reads the cameras through a small CNN as well as the state."""
     critic_hidden: int = 256
@@ -191,10 +197,12 @@ class LearnerConfig:
     """Stop after this many update groups in this run; 0 runs until stopped."""
     log_every_groups: int = 10
     """Console and JSON-lines metrics every this many update groups."""
+    save_buffers: bool = False
+    """Also checkpoint the online buffer, intervention segments and fastest successes (large)."""
     resume: bool = True
     """Resume from the latest checkpoint in run_dir when there is one."""
     rerun: bool = False
-    """Also log metrics to rerun (a viewer started by rerun-sdk)."""
+    """Also record metrics to <run_dir>/learner.rrd (open with `rerun learner.rrd`)."""
 
 
 @dataclass
@@ -361,6 +369,14 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     if lrn.max_policy_lag is not None and lrn.max_policy_lag < 0:
         out.append(("learner.max_policy_lag", f"must be >= 0 or null, got {lrn.max_policy_lag}"))
     out += _positive("learner.checkpoint_every_groups", lrn.checkpoint_every_groups)
+    if lrn.max_samples_per_insert is not None and lrn.max_samples_per_insert <= 0:
+        out.append(
+            ("learner.max_samples_per_insert", f"must be > 0 or null, got {lrn.max_samples_per_insert}")
+        )
+    if lrn.prefetch_batches is not None and lrn.prefetch_batches < 0:
+        out.append(("learner.prefetch_batches", f"must be >= 0 or null, got {lrn.prefetch_batches}"))
+    if lrn.torch_threads < 0:
+        out.append(("learner.torch_threads", f"must be >= 0 (0: torch's default), got {lrn.torch_threads}"))
     if lrn.fastest_successes < 0:
         out.append(("learner.fastest_successes", f"must be >= 0, got {lrn.fastest_successes}"))
     out += _positive("learner.critic_hidden", lrn.critic_hidden)

@@ -17,6 +17,7 @@ rows out of it, so nothing is held twice while an episode is still running.
 from __future__ import annotations
 
 import heapq
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,17 @@ class SuccessStore:
     def lengths(self) -> list[int]:
         return sorted(-n for n, _ in self._heap)
 
+    def save(self, folder: Path) -> None:
+        self.table.save(folder)
+        (folder / "slots.json").write_text(json.dumps({"heap": self._heap, "offered": self.offered}))
+
+    def load(self, folder: Path) -> None:
+        self.table.load(folder)
+        meta = json.loads((folder / "slots.json").read_text())
+        self._heap = [(int(n), int(slot)) for n, slot in meta["heap"]]
+        heapq.heapify(self._heap)
+        self.offered = int(meta["offered"])
+
 
 class AnchorBuffer:
     """Demonstrations, intervention segments and the fastest successes, sampled as one buffer."""
@@ -95,12 +107,26 @@ class AnchorBuffer:
     def sample(self, batch_size: int, rng: np.random.Generator, min_version: int | None = None) -> Batch:
         """Uniform over every anchor chunk sample; raises LookupError when there is none."""
         del min_version  # the anchor is kept regardless of the policy that produced it
-        tables = [t for t in self.tables() if len(t)]
-        if not tables:
-            raise LookupError("anchor buffer has no chunk sample ready")
-        sizes = np.array([len(t) for t in tables], np.float64)
-        counts = rng.multinomial(batch_size, sizes / sizes.sum())
-        return concat([t.sample(int(c), rng) for t, c in zip(tables, counts, strict=True) if c])
+        for _ in range(3):  # a table can empty between counting and drawing (a success slot refilling)
+            tables = [t for t in self.tables() if len(t)]
+            if not tables:
+                break
+            sizes = np.array([len(t) for t in tables], np.float64)
+            counts = rng.multinomial(batch_size, sizes / sizes.sum())
+            try:
+                return concat([t.sample(int(c), rng) for t, c in zip(tables, counts, strict=True) if c])
+            except LookupError:
+                continue
+        raise LookupError("anchor buffer has no chunk sample ready")
+
+    def save(self, folder: Path) -> None:
+        """Interventions and successes (demonstrations are reloaded from their dataset)."""
+        self.interventions.save(folder / "interventions")
+        self.successes.save(folder / "successes")
+
+    def load(self, folder: Path) -> None:
+        self.interventions.load(folder / "interventions")
+        self.successes.load(folder / "successes")
 
     def stats(self) -> dict[str, int]:
         out = {"anchor_ready": len(self), "anchor_successes": len(self.successes.lengths())}

@@ -4,7 +4,8 @@ A checkpoint is a folder ``<run_dir>/checkpoints/group-<N>/`` holding ``state.pt
 (tensors and plain values only, read back with ``torch.load(weights_only=True)``),
 ``counters.json`` (group, weight version, transitions ingested, format version) and
 ``policy.safetensors`` (the published policy tensors, for tools that only want the
-policy). It is written to a temporary folder and renamed, and ``latest`` names the
+policy) and, when enabled, ``buffers/`` (the replay as .npy files and JSON). It is
+written to a temporary folder and renamed, and ``latest`` names the
 newest complete one, so a crash mid-write never leaves a half checkpoint as latest.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from safetensors.numpy import save_file
 
 FORMAT_VERSION = 1
 KEEP = 2
+BUFFERS = "buffers"
 
 
 @dataclass
@@ -45,7 +47,9 @@ class Checkpointer:
         state: Mapping[str, Any],
         counters: Counters,
         policy_weights: Mapping[str, npt.NDArray[np.generic]],
+        save_buffers: Callable[[Path], None] | None = None,
     ) -> Path:
+        """Write one checkpoint; ``save_buffers`` (optional) writes the replay into its ``buffers/``."""
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / f"group-{counters.groups:08d}"
         tmp = self.root / f".tmp-{final.name}"
@@ -56,6 +60,8 @@ class Checkpointer:
             {k: np.ascontiguousarray(v) for k, v in policy_weights.items()}, str(tmp / "policy.safetensors")
         )
         meta = {"format_version": FORMAT_VERSION, **asdict(counters)}
+        if save_buffers is not None:
+            save_buffers(tmp / BUFFERS)
         (tmp / "counters.json").write_text(json.dumps(meta, indent=1))
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)

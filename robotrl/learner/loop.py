@@ -4,7 +4,9 @@ Ingest: every :class:`TransitionBatch` from the transition :class:`Receiver` goe
 into the online buffer (a refused batch is counted and logged, never written),
 and the :class:`AnchorFeeder` copies intervention segments and fast successes into
 the anchor. Updates: once ``learning_starts`` samples are ready, update groups run
-back to back; each batch is ``anchor_fraction`` anchor and the rest online
+back to back (paused, Reverb-style, while samples drawn per transition ingested
+exceed ``max_samples_per_insert``; optionally drawn ahead by a :class:`Prefetcher`);
+each batch is ``anchor_fraction`` anchor and the rest online
 (whichever buffer is empty gives way to the other). Online samples older than
 ``max_policy_lag`` versions are not drawn, and the lag of what is drawn is logged.
 After a group that changed the policy, its weights go out through the weight
@@ -17,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +31,7 @@ from robotrl.core.types import WeightUpdate
 from robotrl.learner.anchor import AnchorBuffer, AnchorFeeder
 from robotrl.learner.checkpoint import Checkpointer, Counters
 from robotrl.learner.metrics import MetricsLog
+from robotrl.learner.prefetch import Prefetcher
 from robotrl.learner.replay import VERSION_KEY, Batch, ChunkReplay, ReplayError, concat
 
 log = logging.getLogger(__name__)
@@ -49,6 +53,7 @@ class Learner:
         checkpointer: Checkpointer | None = None,
         counters: Counters | None = None,
         weights_subset: str = "trainable",
+        prefetch: int = 0,
         seed: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -58,6 +63,7 @@ class Learner:
         self.counters = counters or Counters()
         self.feeder = AnchorFeeder(online, anchor)
         self.subset = weights_subset
+        self.prefetch = prefetch
         self.clock = clock
         self._rng = np.random.default_rng(seed)
         self._stop = threading.Event()
@@ -65,6 +71,10 @@ class Learner:
         self._ingest_thread: threading.Thread | None = None
         self.refused_batches = 0
         self.publish_refused = 0
+        self.throttled = threading.Event()
+        """Set while updates wait for the rate limit (samples per insert)."""
+        self._inserted = 0
+        self._sampled = 0
         self._lag_sum = 0
         self._lag_n = 0
         self._lag_max = 0
@@ -85,6 +95,7 @@ class Learner:
         self.feeder.observe(batch, added)
         with self._data:
             self.counters.transitions += len(batch)
+            self._inserted += len(batch)
             self._window_transitions += len(batch)
             self._data.notify_all()
         return True
@@ -113,9 +124,8 @@ class Learner:
         return None if lag is None else self.counters.weight_version - lag
 
     def ready(self) -> int:
-        """Samples that could be drawn now (online within the lag cap, plus anchor)."""
-        online = len(self.online)
-        return online + len(self.anchor)
+        """Chunk samples stored and ready, online and anchor (the lag cap is checked apart)."""
+        return len(self.online) + len(self.anchor)
 
     def next_batch(self) -> Batch:
         """One training batch: ``anchor_fraction`` anchor, the rest online within the lag cap."""
@@ -139,18 +149,32 @@ class Learner:
                 self._lag_max = max(self._lag_max, int(lag.max()))
             parts.append(online)
         if n_anchor:
-            parts.append(self.anchor.sample(n_anchor, self._rng))
+            try:
+                parts.append(self.anchor.sample(n_anchor, self._rng))
+            except LookupError:  # emptied since it was counted: draw online instead
+                parts.append(self.online.sample(n_anchor, self._rng, self._min_version()))
         self._window_updates += 1
+        self._sampled += size
         return concat(parts)
 
     def _wait_for_data(self) -> bool:
-        """Block until ``learning_starts`` samples are ready; False when stopped first."""
+        """Block until ``learning_starts`` samples are ready and the rate limit allows a group;
+        False when stopped first."""
         with self._data:
             while not self._stop.is_set():
                 if self.ready() >= max(self.cfg.learning_starts, 1) and self._can_sample():
-                    return True
+                    if not self._over_rate():
+                        self.throttled.clear()
+                        return True
+                    self.throttled.set()
                 self._data.wait(timeout=0.5)
         return False
+
+    def _over_rate(self) -> bool:
+        spi = self.cfg.max_samples_per_insert
+        if spi is None:
+            return False
+        return self._sampled >= spi * max(self._inserted, self.cfg.learning_starts)
 
     def _can_sample(self) -> bool:
         if len(self.anchor):
@@ -179,11 +203,14 @@ class Learner:
         if self.counters.weight_version > 0:
             self.publish()  # a resumed learner re-announces its policy under a new version
         done = 0
+        prefetcher: Prefetcher | None = None
         try:
             while not self._stop.is_set() and (max_groups == 0 or done < max_groups):
                 if not self._wait_for_data():
                     break
-                result = self.algorithm.update_group(self.next_batch)
+                if self.prefetch and prefetcher is None:
+                    prefetcher = Prefetcher(self.next_batch, self.prefetch)
+                result = self.algorithm.update_group(prefetcher.get if prefetcher else self.next_batch)
                 self.counters.groups += 1
                 done += 1
                 if result.get("actor_updates", 0) > 0:
@@ -194,6 +221,8 @@ class Learner:
                     self.save()
         finally:
             self._stop.set()
+            if prefetcher is not None:
+                prefetcher.close()
             if self._ingest_thread is not None:
                 self._ingest_thread.join(timeout=5)
                 self._ingest_thread = None
@@ -203,7 +232,19 @@ class Learner:
 
     def save(self) -> None:
         assert self.checkpointer is not None
-        self.checkpointer.save(self.algorithm.state_dict(), self.counters, self.algorithm.policy_weights())
+        buffers = self._save_buffers if self.cfg.save_buffers else None
+        self.checkpointer.save(
+            self.algorithm.state_dict(), self.counters, self.algorithm.policy_weights(), buffers
+        )
+
+    def _save_buffers(self, folder: Path) -> None:
+        self.online.save(folder / "online")
+        self.anchor.save(folder / "anchor")
+
+    def load_buffers(self, folder: Path) -> None:
+        """Restore what a checkpoint with ``save_buffers`` holds."""
+        self.online.load(folder / "online")
+        self.anchor.load(folder / "anchor")
 
     def _log(self, result: Any) -> None:
         now = self.clock()
@@ -216,6 +257,7 @@ class Learner:
             "updates_per_s": self._window_updates / elapsed,
             "lag_mean": self._lag_sum / self._lag_n if self._lag_n else 0.0,
             "lag_max": self._lag_max,
+            "samples_per_insert": self._sampled / max(self._inserted, 1),
             "refused_batches": self.refused_batches,
             "segments": self.feeder.segments_added,
             "successes_kept": self.feeder.successes_kept,

@@ -21,7 +21,7 @@ from robotrl.core.protocols import Receiver, Sender
 from robotrl.core.types import EnvSpec, WeightUpdate
 from robotrl.learner.algorithms import build_algorithm
 from robotrl.learner.anchor import AnchorBuffer
-from robotrl.learner.checkpoint import Checkpointer, Counters
+from robotrl.learner.checkpoint import BUFFERS, Checkpointer, Counters
 from robotrl.learner.demos import load_demonstrations
 from robotrl.learner.loop import Learner
 from robotrl.learner.metrics import MetricsLog
@@ -29,6 +29,7 @@ from robotrl.learner.replay import ChunkReplay, ReplaySpec
 from robotrl.learner.torch_utils import resolve_device
 
 METRICS_FILE = "learner_metrics.jsonl"
+RERUN_FILE = "learner.rrd"
 EXIT_MISSING_PART = 3
 
 
@@ -69,8 +70,9 @@ def build_learner(
         state, counters = checkpointer.load(latest, device)
         algorithm.load_state_dict(state)
         logging.getLogger(__name__).info("resumed from %s: %s", latest, counters)
-    metrics = MetricsLog(Path(cfg.run_dir) / METRICS_FILE, console=console, rerun=lrn.rerun)
-    return Learner(
+    rerun_path = Path(cfg.run_dir) / RERUN_FILE if lrn.rerun else None
+    metrics = MetricsLog(Path(cfg.run_dir) / METRICS_FILE, console=console, rerun_path=rerun_path)
+    learner = Learner(
         algorithm,
         online,
         anchor,
@@ -81,8 +83,12 @@ def build_learner(
         checkpointer=checkpointer,
         counters=counters,
         weights_subset=cfg.transport.weights_subset,
+        prefetch=lrn.prefetch_batches if lrn.prefetch_batches is not None else 2 * (device.type == "cuda"),
         seed=cfg.seed,
     )
+    if latest is not None and lrn.save_buffers and (latest / BUFFERS).is_dir():
+        learner.load_buffers(latest / BUFFERS)
+    return learner
 
 
 def _env_spec(cfg: RobotRLConfig) -> EnvSpec:
@@ -108,16 +114,19 @@ def run_learner(cfg: RobotRLConfig) -> int:
     """The `robotrl learner` role."""
     import torch
 
-    try:
-        from robotrl.policy import build_policy
-    except ImportError as exc:
-        print(f"robotrl learner: the policy package is missing from this install ({exc})", file=sys.stderr)
-        return EXIT_MISSING_PART
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.manual_seed(cfg.seed)
-    spec = _env_spec(cfg)
-    policy = build_policy(cfg.policy, spec)
-    transitions, weights = _open_links(cfg)
+    if cfg.learner.torch_threads:
+        torch.set_num_threads(cfg.learner.torch_threads)
+    try:  # the parts other packages provide: the env's spec, the policy, the ZeroMQ links
+        from robotrl.policy import build_policy
+
+        spec = _env_spec(cfg)
+        policy = build_policy(cfg.policy, spec)
+        transitions, weights = _open_links(cfg)
+    except ImportError as exc:
+        print(f"robotrl learner: a part it needs is missing from this install: {exc}", file=sys.stderr)
+        return EXIT_MISSING_PART
     learner = build_learner(cfg, policy, spec, transitions, weights)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: learner.stop())

@@ -1,4 +1,4 @@
-"""Learner metrics: one line to the console, one JSON object per line to a file, rerun optionally."""
+"""Learner metrics: a console line, a JSON object per line in a file, a rerun recording optionally."""
 
 from __future__ import annotations
 
@@ -24,17 +24,21 @@ CONSOLE_KEYS = (
 
 
 class MetricsLog:
-    def __init__(self, path: str | Path | None, console: bool = True, rerun: bool = False) -> None:
+    def __init__(
+        self, path: str | Path | None, console: bool = True, rerun_path: str | Path | None = None
+    ) -> None:
+        """``rerun_path``: also record every metric as a rerun scalar series in this .rrd file."""
         self._file = None
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "a", buffering=1)  # noqa: SIM115 (held open for the run)
         self._console = Console(highlight=False) if console else None
         self._rr: Any = None
-        if rerun:
+        if rerun_path is not None:
             import rerun as rr
 
             rr.init("robotrl-learner", spawn=False)
+            rr.save(str(rerun_path))
             self._rr = rr
 
     def write(self, record: Mapping[str, float | int]) -> None:
@@ -56,3 +60,5 @@ class MetricsLog:
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
+        if self._rr is not None:
+            self._rr.disconnect()

@@ -32,6 +32,7 @@ sample is built from rows, never stored twice:
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import threading
@@ -445,6 +446,57 @@ class ChunkReplay:
             f"{self.name}_refused_batches": self.refused_batches,
             f"{self.name}_dropped_starts": self.dropped_starts,
         }
+
+    # ----------------------------------------------------------------- persistence
+
+    _ARRAYS = (
+        "_state", "_action", "_reward", "_terminated", "_truncated", "_intervention", "_episode", "_tick",
+        "_chunk_id", "_index_in_chunk", "_version", "_delay", "_instruction", "_serial", "_ready",
+        "_chunk_rows", "_next_row", "_return", "_discount", "_done", "_real",
+    )  # fmt: skip
+
+    def save(self, folder: Path) -> None:
+        """Write every row, sample link and open episode to ``folder`` (.npy and JSON, no pickle)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            for name in self._ARRAYS:
+                np.save(folder / f"{name[1:]}.npy", getattr(self, name))
+            for cam, mem in self._images.items():
+                np.save(folder / f"images-{cam}.npy", mem)
+            meta = {
+                "capacity": self.capacity,
+                "spec": [self.spec.state_dim, self.spec.action_dim, self.spec.horizon],
+                "cameras": {c: list(s) for c, s in self.spec.cameras.items()},
+                "cursor": self._cursor,
+                "next_serial": self._next_serial,
+                "instructions": self._instructions,
+                "open": {k: [c.episode_id, c.last_tick, list(c.pending)] for k, c in self._open.items()},
+                "counters": [self.rows_added, self.refused_batches, self.refused_rows, self.dropped_starts],
+            }
+            (folder / "replay.json").write_text(json.dumps(meta))
+
+    def load(self, folder: Path) -> None:
+        """Restore what :meth:`save` wrote; the capacity and spec must be the same."""
+        meta = json.loads((folder / "replay.json").read_text())
+        mine = [self.spec.state_dim, self.spec.action_dim, self.spec.horizon]
+        cams = {c: list(s) for c, s in self.spec.cameras.items()}
+        if meta["capacity"] != self.capacity or meta["spec"] != mine or meta["cameras"] != cams:
+            raise ValueError(f"{folder}: saved {self.name} buffer does not match this one's capacity or spec")
+        with self._lock:
+            for name in self._ARRAYS:
+                getattr(self, name)[...] = np.load(folder / f"{name[1:]}.npy", allow_pickle=False)
+            for cam, mem in self._images.items():
+                saved = np.load(folder / f"images-{cam}.npy", mmap_mode="r", allow_pickle=False)
+                for lo in range(0, self.capacity, 4096):
+                    mem[lo : lo + 4096] = saved[lo : lo + 4096]
+            self._cursor, self._next_serial = int(meta["cursor"]), int(meta["next_serial"])
+            self._instructions = list(meta["instructions"])
+            self._instruction_ids = {t: i for i, t in enumerate(self._instructions)}
+            self._open = {
+                k: _Cursor(ep, tick, deque((int(p), int(s)) for p, s in pending))
+                for k, (ep, tick, pending) in meta["open"].items()
+            }
+            self.rows_added, self.refused_batches, self.refused_rows, self.dropped_starts = meta["counters"]
 
     def close(self) -> None:
         """Release the memory maps; delete their files when this buffer created the folder."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -97,18 +98,11 @@ def test_loop_ingests_updates_publishes_rising_versions_and_resumes_from_its_che
     assert resumed.counters.groups == 4 and resumed.counters.weight_version == 4
     assert resumed.counters.transitions == counters.transitions
     assert resumed.algorithm.state_dict()["counters"] == saved
-    announced = None
-
-    def first_sent(update):
-        nonlocal announced
-        announced = announced or update
-        return True
-
-    resumed.weights = type("Spy", (), {"send": staticmethod(first_sent), "close": lambda self: None})()
     resumed.run(max_groups=2)
-    assert announced is not None and announced.version == 5  # re-announced, never reused
+    again = outbox2.drain()
+    assert [u.version for u in again] == [5, 6, 7]  # re-announced as 5, never a reused version
     for name, tensor in updates[-1].tensors.items():
-        np.testing.assert_array_equal(announced.tensors[name], tensor)
+        np.testing.assert_array_equal(again[0].tensors[name], tensor)
     assert resumed.counters.groups == 6 and resumed.counters.weight_version == 7
     resumed.online.close()
     resumed.anchor.close()
@@ -145,5 +139,59 @@ def test_batches_mix_anchor_and_online_and_respect_the_lag_cap(tmp_path):
     assert set(online.tolist()) == {4}  # version 1 is 4 behind: over the cap
     assert (anchor == 1).all()  # the intervention segment is anchor data, kept whatever its age
     assert learner._lag_max == 1
+    learner.online.close()
+    learner.anchor.close()
+
+
+def test_buffers_survive_a_restart_when_enabled(tmp_path):
+    cfg = config(tmp_path, save_buffers=True)
+    inbox = QueueLink()
+    for b in episodes(0, 4):
+        inbox.send(b)
+    first = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, QueueLink(), console=False)
+    first.run(max_groups=2)
+    ready = (len(first.online), len(first.anchor))
+    assert ready[0] > 0 and ready[1] > 0
+    second = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, QueueLink(), QueueLink(), console=False)
+    assert (len(second.online), len(second.anchor)) == ready
+    assert second.anchor.successes.lengths() == first.anchor.successes.lengths()
+    for learner in (first, second):
+        learner.online.close()
+        learner.anchor.close()
+
+
+def test_rate_limit_pauses_updates_until_more_transitions_arrive(tmp_path):
+    # 2 critic + 1 actor updates of 16 samples: 48 samples per group; 40 transitions allow 60.
+    cfg = config(tmp_path, max_samples_per_insert=1.5)
+    inbox = QueueLink()
+    learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, QueueLink(), console=False)
+    for b in episodes(0, 4):  # 40 transitions, stored before the loop starts
+        learner.ingest(b)
+    runner = threading.Thread(target=learner.run, kwargs={"max_groups": 4})
+    runner.start()
+    try:
+        assert learner.throttled.wait(timeout=30), "the rate limit never paused the updates"
+        assert learner.counters.groups == 2  # 0 < 60 and 48 < 60 ran; 96 >= 60 waits
+        for b in episodes(4, 8):
+            inbox.send(b)
+        runner.join(timeout=60)
+        assert not runner.is_alive() and learner.counters.groups == 4
+    finally:
+        learner.stop()
+        runner.join(timeout=10)
+        learner.online.close()
+        learner.anchor.close()
+
+
+def test_prefetched_batches_train_the_same_loop(tmp_path):
+    cfg = config(tmp_path, prefetch_batches=2)
+    inbox, outbox = QueueLink(), QueueLink()
+    for b in episodes(0, 4):
+        inbox.send(b)
+    learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
+    assert learner.prefetch == 2
+    learner.run(max_groups=3)
+    assert [u.version for u in outbox.drain()] == [1, 2, 3]
+    assert not any(t.name == "prefetch" and t.is_alive() for t in threading.enumerate())
     learner.online.close()
     learner.anchor.close()

@@ -28,6 +28,9 @@ def test_learner_presets_compose():
         ("learner.online_capacity=50", "learner.online_capacity"),
         ("learner.anchor_capacity=10", "learner.anchor_capacity"),
         ("learner.demos_path=''", "learner.demos_path"),
+        ("learner.torch_threads=-1", "learner.torch_threads"),
+        ("learner.prefetch_batches=-1", "learner.prefetch_batches"),
+        ("learner.max_samples_per_insert=0", "learner.max_samples_per_insert"),
     ],
 )
 def test_bad_learner_values_fail_naming_the_field(override, field):
