@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,6 @@ from robotrl.learner.torch_utils import resolve_device
 
 METRICS_FILE = "learner_metrics.jsonl"
 RERUN_FILE = "learner.rrd"
-EXIT_MISSING_PART = 3
 
 
 def replay_spec(cfg: RobotRLConfig, spec: EnvSpec, horizon: int) -> ReplaySpec:
@@ -118,15 +116,11 @@ def run_learner(cfg: RobotRLConfig) -> int:
     torch.manual_seed(cfg.seed)
     if cfg.learner.torch_threads:
         torch.set_num_threads(cfg.learner.torch_threads)
-    try:  # the parts other packages provide: the env's spec, the policy, the ZeroMQ links
-        from robotrl.policy import build_policy
+    from robotrl.policy import build_policy
 
-        spec = _env_spec(cfg)
-        policy = build_policy(cfg.policy, spec)
-        transitions, weights = _open_links(cfg)
-    except ImportError as exc:
-        print(f"robotrl learner: a part it needs is missing from this install: {exc}", file=sys.stderr)
-        return EXIT_MISSING_PART
+    spec = _env_spec(cfg)
+    policy = build_policy(cfg.policy, spec)  # from policy.path when set: fine-tuning starts there
+    transitions, weights = _open_links(cfg)
     learner = build_learner(cfg, policy, spec, transitions, weights)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: learner.stop())
