@@ -17,6 +17,7 @@ from collections.abc import Sequence
 BENCHMARKS: dict[str, str] = {
     "codec": "robotrl.bench.codec",
     "transport": "robotrl.bench.transport",
+    "hotswap": "robotrl.bench.hotswap",
 }
 
 
