@@ -51,9 +51,10 @@ def expected_layout(module: torch.nn.Module) -> Layout:
 def install(module: torch.nn.Module, update: WeightUpdate, *, zero_copy: bool = False) -> None:
     """Put ``update`` into ``module``; raise WeightRefused on a name or shape mismatch.
 
-    ``zero_copy`` makes the module's tensors views of the update's arrays (for a
+    ``zero_copy`` makes a CPU module's tensors views of the update's arrays (for a
     verified update nobody will write to: the wire buffers stay alive as long as the
-    module uses them) instead of copying 200 MB into the old ones.
+    module uses them) instead of copying 200 MB into the old ones; tensors on a GPU
+    are always copied in place.
     """
     state = module.state_dict()
     for name, arr in update.tensors.items():
@@ -65,10 +66,11 @@ def install(module: torch.nn.Module, update: WeightUpdate, *, zero_copy: bool = 
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # from_numpy of a read-only wire view: only read
         tensors = {name: torch.from_numpy(np.asarray(arr)) for name, arr in update.tensors.items()}
-        if zero_copy:
-            module.load_state_dict(tensors, strict=False, assign=True)
-        else:
-            for name, tensor in tensors.items():
+        on_cpu = {n: t for n, t in tensors.items() if zero_copy and state[n].device.type == "cpu"}
+        if on_cpu:
+            module.load_state_dict(on_cpu, strict=False, assign=True)
+        for name, tensor in tensors.items():
+            if name not in on_cpu:  # a module on a GPU: one host-to-device copy
                 state[name].copy_(tensor)
 
 
