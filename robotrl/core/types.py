@@ -194,8 +194,9 @@ class WeightsHasher:
     on the wire.
     """
 
-    def __init__(self) -> None:
-        self._h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    def __init__(self, threads: int | None = None) -> None:
+        """``threads`` None uses every core; a receiver beside a control loop passes 1."""
+        self._h = blake3.blake3(max_threads=blake3.blake3.AUTO if threads is None else threads)
         self._last: str | None = None
 
     def update(self, name: str, tensor: npt.NDArray[np.generic]) -> None:

@@ -23,7 +23,7 @@ import numpy.typing as npt
 import torch
 
 from robotrl.core.types import WeightUpdate
-from robotrl.transport.weights import Layout, WeightRefused, WeightSubscriber
+from robotrl.transport.weights import Layout, WeightRefused, WeightSubscriber, lower_priority
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +140,7 @@ class HotSwapper:
         self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
+        lower_priority()
         while not self._stop.is_set():
             update = self._sub.recv(0.05)
             if update is None:

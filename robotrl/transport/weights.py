@@ -21,7 +21,9 @@ between two inferences.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import secrets
 import threading
 import time
@@ -64,6 +66,14 @@ class _Counter:
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return dict(self._values)
+
+
+def lower_priority(niceness: int = 10) -> None:
+    """Make the calling thread yield the CPU to the actor's control loop (Linux; no privileges
+    needed to lower one's own priority). Receiving and checking 200 MB of weights is
+    background work: on a small robot PC it must never delay a control tick."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
 
 
 class WeightRefused(Exception):  # noqa: N818 (a refusal, not a program error)
@@ -442,7 +452,7 @@ class _Assembly:
     created_time: float
     count: int
     tensors: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
-    hasher: WeightsHasher = field(default_factory=WeightsHasher)
+    hasher: WeightsHasher = field(default_factory=lambda: WeightsHasher(threads=1))
     next_index: int = 0
 
 
@@ -524,6 +534,7 @@ class WeightSubscriber:
     # -- I/O thread -----------------------------------------------------------------------
 
     def _run(self) -> None:
+        lower_priority()
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         sock = self._connect(ctx)
         try:
