@@ -18,6 +18,10 @@ started after its slot had ended) during swaps (from a publish call to its first
 chunk in the queue), and outside them as the machine's own baseline; the latest
 tick start.
 
+Both learners run at a lower CPU priority (nice 10): they stand in for the GPU host,
+and on one small machine they would otherwise take the CPU from the actor's control
+loop, which on a real deployment they never share.
+
 In the same run, lerobot's own weight path on the same weights: its learner
 ``state_to_bytes`` (``torch.save``) onto a ``torch.multiprocessing.Queue``, its
 ``LearnerService.StreamParameters`` sending the bytes over gRPC in 2 MB chunks, its
@@ -40,6 +44,7 @@ from typing import Any
 import torch
 
 from robotrl.bench.report import report
+from robotrl.transport.background import lower_priority
 from robotrl.transport.hotswap import HotSwapper, WeightSlots, expected_layout, module_tensors
 from robotrl.transport.weights import WeightPublisher, WeightSubscriber
 
@@ -64,6 +69,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _learner(conn: Connection, actor: Connection, rounds: int) -> None:
+    lower_priority()  # it stands in for the GPU host: on one machine it must not starve the actor
     policy = make_policy(0)
     pub = WeightPublisher("tcp://127.0.0.1:0")
     conn.send(pub.endpoint)
@@ -164,6 +170,7 @@ def _actor(conn: Connection, learner: Connection, endpoint: str) -> None:
 
 
 def _lerobot_learner(conn: Connection, actor: Connection, rounds: int) -> None:
+    lower_priority()  # the same treatment as ours
     from concurrent.futures import ThreadPoolExecutor
 
     import grpc

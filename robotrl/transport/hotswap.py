@@ -23,7 +23,8 @@ import numpy.typing as npt
 import torch
 
 from robotrl.core.types import WeightUpdate
-from robotrl.transport.weights import Layout, WeightRefused, WeightSubscriber, lower_priority
+from robotrl.transport.background import lower_priority
+from robotrl.transport.weights import Layout, WeightRefused, WeightSubscriber
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,7 @@ between two inferences.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import secrets
 import threading
 import time
@@ -38,6 +36,7 @@ import zmq
 from robotrl.config.schema import TransportConfig
 from robotrl.core.types import WeightsHasher, WeightUpdate, weights_digest
 from robotrl.transport import protocol as p
+from robotrl.transport.background import Counters, lower_priority
 from robotrl.transport.heartbeat import Liveness
 from robotrl.transport.sockets import bind, client_socket, server_socket, start_authenticator
 from robotrl.wire.auth import ClientKeys, ServerKeys, client_keys, server_keys
@@ -52,28 +51,6 @@ Layout = Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]]
 #: Why a weight update was refused; counted as ``refused_<reason>``.
 REFUSALS: Final = ("partial", "digest", "non_finite", "names", "shape", "dtype", "malformed")
 _POLL_MS = 5
-
-
-class _Counter:
-    def __init__(self, *names: str) -> None:
-        self._lock = threading.Lock()
-        self._values = dict.fromkeys(names, 0)
-
-    def add(self, name: str, n: int = 1) -> None:
-        with self._lock:
-            self._values[name] = self._values.get(name, 0) + n
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._values)
-
-
-def lower_priority(niceness: int = 10) -> None:
-    """Make the calling thread yield the CPU to the actor's control loop (Linux; no privileges
-    needed to lower one's own priority). Receiving and checking 200 MB of weights is
-    background work: on a small robot PC it must never delay a control tick."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
 
 
 class WeightRefused(Exception):  # noqa: N818 (a refusal, not a program error)
@@ -246,7 +223,7 @@ class WeightPublisher:
         self._pool = _SnapshotPool()
         self._latest: _Published | None = None
         self._subs: dict[bytes, _Sub] = {}
-        self._counts = _Counter("published", "superseded", "pieces_sent", "rejected")
+        self._counts = Counters("published", "superseded", "pieces_sent", "rejected")
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -491,7 +468,7 @@ class WeightSubscriber:
         self._lock = threading.Lock()
         self._ready_update: WeightUpdate | None = None
         self._arrived = threading.Condition(self._lock)
-        self._counts = _Counter(
+        self._counts = Counters(
             "pieces", "verified", "superseded", "stale", "reconnects", *(f"refused_{r}" for r in REFUSALS)
         )
         self._stop = threading.Event()
