@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, str] = {
     "learner": "robotrl.bench.learner",
     "policy": "robotrl.bench.policy",
     "actor": "robotrl.bench.actor",
+    "hotswap": "robotrl.bench.hotswap",
 }
 
 

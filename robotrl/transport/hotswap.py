@@ -23,6 +23,7 @@ import numpy.typing as npt
 import torch
 
 from robotrl.core.types import WeightUpdate
+from robotrl.transport.background import lower_priority
 from robotrl.transport.weights import Layout, WeightRefused, WeightSubscriber
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,14 @@ def expected_layout(module: torch.nn.Module) -> Layout:
     }
 
 
-def install(module: torch.nn.Module, update: WeightUpdate) -> None:
-    """Copy ``update`` into ``module`` in place; raise WeightRefused on a name or shape mismatch."""
+def install(module: torch.nn.Module, update: WeightUpdate, *, zero_copy: bool = False) -> None:
+    """Put ``update`` into ``module``; raise WeightRefused on a name or shape mismatch.
+
+    ``zero_copy`` makes a CPU module's tensors views of the update's arrays (for a
+    verified update nobody will write to: the wire buffers stay alive as long as the
+    module uses them) instead of copying 200 MB into the old ones; tensors on a GPU
+    are always copied in place.
+    """
     state = module.state_dict()
     for name, arr in update.tensors.items():
         target = state.get(name)
@@ -58,9 +65,14 @@ def install(module: torch.nn.Module, update: WeightUpdate) -> None:
         if tuple(target.shape) != tuple(arr.shape):
             raise WeightRefused("shape", f"{name!r} is {tuple(arr.shape)}, module has {tuple(target.shape)}")
     with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # from_numpy of a read-only wire view: we only read it
-        for name, arr in update.tensors.items():
-            state[name].copy_(torch.from_numpy(np.asarray(arr)))
+        warnings.simplefilter("ignore", UserWarning)  # from_numpy of a read-only wire view: only read
+        tensors = {name: torch.from_numpy(np.asarray(arr)) for name, arr in update.tensors.items()}
+        on_cpu = {n: t for n, t in tensors.items() if zero_copy and state[n].device.type == "cpu"}
+        if on_cpu:
+            module.load_state_dict(on_cpu, strict=False, assign=True)
+        for name, tensor in tensors.items():
+            if name not in on_cpu:  # a module on a GPU: one host-to-device copy
+                state[name].copy_(tensor)
 
 
 class WeightSlots:
@@ -91,13 +103,15 @@ class HotSwapper:
     """Receive, verify and stage weights in the background; swap between inferences.
 
     ``poll()`` must be called from the inference thread only, between inferences.
-    It returns the version that became active, or None. The background thread
+    It returns the version that became active, or None. By default the slots take the
+    verified wire buffers themselves (no 200 MB copy; see :func:`install`). The background thread
     copies only while nothing is staged, so a swap never meets a half-copied spare;
     after a swap the new spare (the old active) is brought up to date before it
     takes the next update, unless that update covers every tensor anyway.
     """
 
-    def __init__(self, subscriber: WeightSubscriber, slots: WeightSlots) -> None:
+    def __init__(self, subscriber: WeightSubscriber, slots: WeightSlots, *, zero_copy: bool = True) -> None:
+        self._zero_copy = zero_copy
         self._sub = subscriber
         self._slots = slots
         self._lock = threading.Lock()
@@ -106,6 +120,8 @@ class HotSwapper:
         self._stop = threading.Event()
         self.installed = 0
         self.refused = 0
+        self.active: WeightUpdate | None = None
+        """The update the active slot holds (its ``created_time`` dates the publication)."""
         self._thread = threading.Thread(target=self._run, name="hotswap", daemon=True)
         self._thread.start()
 
@@ -117,6 +133,7 @@ class HotSwapper:
                 return None
             self._slots.swap(staged.version)
             self._behind = staged
+            self.active = staged
         return staged.version
 
     def close(self) -> None:
@@ -124,6 +141,7 @@ class HotSwapper:
         self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
+        lower_priority()
         while not self._stop.is_set():
             update = self._sub.recv(0.05)
             if update is None:
@@ -133,9 +151,9 @@ class HotSwapper:
                 behind, self._behind = self._behind, None
             for older in (behind, unstaged):
                 if older is not None and not set(older.tensors) <= set(update.tensors):
-                    install(self._slots.spare, older)
+                    install(self._slots.spare, older, zero_copy=self._zero_copy)
             try:
-                install(self._slots.spare, update)
+                install(self._slots.spare, update, zero_copy=self._zero_copy)
             except WeightRefused as exc:
                 self.refused += 1
                 log.warning("hotswap: refused version %d (%s); keeping the old weights", update.version, exc)

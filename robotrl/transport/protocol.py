@@ -16,8 +16,12 @@ Weight link (actor DEALER -> learner ROUTER):
   newest version installed or -1, ``restart``: resend the current version from its
   first piece);
 - ``wbeat`` publisher -> subscriber, the reply (meta ``session``, ``latest``);
-- ``wpiece`` publisher -> subscriber (seq = version; meta ``digest``, ``subset``,
-  ``created_time``, ``index``, ``count``, ``session``): some whole tensors of one update.
+- ``wpiece`` publisher -> subscriber (seq = version; meta ``subset``, ``created_time``,
+  ``index``, ``count``): some whole tensors of one update, pieces in tensor-name order;
+- ``wseal`` publisher -> subscriber after the last piece (seq = version; meta
+  ``digest``, ``count``). The digest travels last so the publisher hashes while the
+  first pieces are already on the wire, and the subscriber hashes each piece as it
+  arrives.
 
 Every accessor raises :class:`WireError` with reason ``schema`` on a malformed field.
 """
@@ -35,6 +39,7 @@ ACK: Final = "ack"
 WANT: Final = "want"
 WBEAT: Final = "wbeat"
 WPIECE: Final = "wpiece"
+WSEAL: Final = "wseal"
 
 
 def meta_str(message: Message, key: str, max_len: int = 256) -> str:

@@ -38,6 +38,7 @@ import zmq
 from robotrl.config.schema import TransportConfig
 from robotrl.core.batch import TransitionBatch
 from robotrl.transport import protocol as p
+from robotrl.transport.background import Counters, lower_priority
 from robotrl.transport.heartbeat import Liveness
 from robotrl.transport.ledger import SeqLedger
 from robotrl.transport.sockets import bind, client_socket, server_socket, start_authenticator
@@ -57,23 +58,7 @@ def new_stream_id() -> str:
     return f"{time.time_ns() // 1_000_000:012x}{secrets.token_hex(3)}"
 
 
-class _Counter:
-    """Thread-safe named counters, read as one snapshot."""
-
-    def __init__(self, *names: str) -> None:
-        self._lock = threading.Lock()
-        self._values = dict.fromkeys(names, 0)
-
-    def add(self, name: str, n: int = 1) -> None:
-        with self._lock:
-            self._values[name] = self._values.get(name, 0) + n
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._values)
-
-
-def _log_rejection(counts: _Counter, reason: str, detail: str, who: str) -> None:
+def _log_rejection(counts: Counters, reason: str, detail: str, who: str) -> None:
     """Count a rejected message; log the first few of each reason, then every 100th."""
     counts.add(f"rejected_{reason}")
     n = counts.snapshot()[f"rejected_{reason}"]
@@ -128,7 +113,7 @@ class TransitionSender:
         self._in_memory = 0
         self._next_seq = 0
         self._learner_session: str | None = None
-        self._counts = _Counter(
+        self._counts = Counters(
             "queued", "refused", "sent", "resent", "acked", "spooled", "dropped", "reconnects"
         )
         self._stop = threading.Event()
@@ -192,6 +177,7 @@ class TransitionSender:
     # -- I/O thread -----------------------------------------------------------------------
 
     def _run(self) -> None:
+        lower_priority()  # this thread shares the actor's process with its control loop
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         sock = self._connect(ctx)
         self._load_spool()
@@ -406,7 +392,7 @@ class TransitionReceiver:
         self._actors: dict[str, Liveness] = {}
         self._routes: dict[str, bytes] = {}  # actor -> its newest connection, where acks go
         self._actors_lock = threading.Lock()
-        self._counts = _Counter("received", "duplicates", "overflow", *(f"rejected_{r}" for r in REASONS))
+        self._counts = Counters("received", "duplicates", "overflow", *(f"rejected_{r}" for r in REASONS))
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._error: BaseException | None = None

@@ -25,17 +25,18 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import numpy as np
 import numpy.typing as npt
 import zmq
 
 from robotrl.config.schema import TransportConfig
-from robotrl.core.types import WeightUpdate, weights_digest
+from robotrl.core.types import WeightsHasher, WeightUpdate, weights_digest
 from robotrl.transport import protocol as p
+from robotrl.transport.background import Counters, lower_priority
 from robotrl.transport.heartbeat import Liveness
 from robotrl.transport.sockets import bind, client_socket, server_socket, start_authenticator
 from robotrl.wire.auth import ClientKeys, ServerKeys, client_keys, server_keys
@@ -50,20 +51,6 @@ Layout = Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]]
 #: Why a weight update was refused; counted as ``refused_<reason>``.
 REFUSALS: Final = ("partial", "digest", "non_finite", "names", "shape", "dtype", "malformed")
 _POLL_MS = 5
-
-
-class _Counter:
-    def __init__(self, *names: str) -> None:
-        self._lock = threading.Lock()
-        self._values = dict.fromkeys(names, 0)
-
-    def add(self, name: str, n: int = 1) -> None:
-        with self._lock:
-            self._values[name] = self._values.get(name, 0) + n
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._values)
 
 
 class WeightRefused(Exception):  # noqa: N818 (a refusal, not a program error)
@@ -85,29 +72,36 @@ def all_finite(arr: npt.NDArray[Any]) -> bool:
     return bool(np.isfinite(arr).all())
 
 
+def check_tensor(name: str, arr: npt.NDArray[Any], expected: Layout | None) -> None:
+    """Raise :class:`WeightRefused` unless ``arr`` may replace the tensor ``name``."""
+    if expected is not None:
+        if name not in expected:
+            raise WeightRefused("names", f"unexpected tensor {name!r}")
+        shape, dtype = expected[name]
+        if tuple(arr.shape) != tuple(shape):
+            raise WeightRefused("shape", f"{name!r} is {tuple(arr.shape)}, expected {tuple(shape)}")
+        if arr.dtype != np.dtype(dtype):
+            raise WeightRefused("dtype", f"{name!r} is {arr.dtype}, expected {np.dtype(dtype)}")
+    if not all_finite(arr):
+        raise WeightRefused("non_finite", f"{name!r} holds NaN or inf")
+
+
+def check_complete(names: Collection[str], subset: str, expected: Layout | None) -> None:
+    """Raise :class:`WeightRefused` unless ``names`` make a whole update of ``subset``."""
+    if not names:
+        raise WeightRefused("names", "an update without tensors")
+    if expected is not None and subset == "full":
+        absent = sorted(set(expected) - set(names))
+        if absent:
+            raise WeightRefused("names", f"a full update lacks {absent[:5]}")
+
+
 def verify(update: WeightUpdate, expected: Layout | None) -> None:
     """Raise :class:`WeightRefused` unless ``update`` is safe to install over ``expected``."""
-    tensors = update.tensors
-    if expected is not None:
-        unknown = sorted(set(tensors) - set(expected))
-        if unknown:
-            raise WeightRefused("names", f"version {update.version}: unexpected tensors {unknown[:5]}")
-        if update.subset == "full":
-            absent = sorted(set(expected) - set(tensors))
-            if absent:
-                raise WeightRefused("names", f"version {update.version}: full update lacks {absent[:5]}")
-        if not tensors:
-            raise WeightRefused("names", f"version {update.version}: no tensors")
-        for name, arr in tensors.items():
-            shape, dtype = expected[name]
-            if tuple(arr.shape) != tuple(shape):
-                raise WeightRefused("shape", f"{name!r} is {tuple(arr.shape)}, expected {tuple(shape)}")
-            if arr.dtype != np.dtype(dtype):
-                raise WeightRefused("dtype", f"{name!r} is {arr.dtype}, expected {np.dtype(dtype)}")
-    for name, arr in tensors.items():
-        if not all_finite(arr):
-            raise WeightRefused("non_finite", f"version {update.version}: {name!r} holds NaN or inf")
-    if weights_digest(tensors) != update.digest:
+    for name, arr in update.tensors.items():
+        check_tensor(name, arr, expected)
+    check_complete(update.tensors.keys(), update.subset, expected)
+    if weights_digest(update.tensors) != update.digest:
         raise WeightRefused("digest", f"version {update.version}: tensors do not match the digest")
 
 
@@ -129,10 +123,69 @@ def split_pieces(tensors: Mapping[str, npt.NDArray[Any]], piece_bytes: int) -> l
 
 
 @dataclass
+class _Snapshot:
+    """One set of snapshot buffers, reusable once no longer pending or latest and zmq is done."""
+
+    layout: tuple[tuple[str, tuple[int, ...], str], ...]
+    arrays: dict[str, npt.NDArray[Any]]
+    busy: bool = True
+    trackers: list[zmq.MessageTracker] = field(default_factory=list)
+
+    def free(self) -> bool:
+        self.trackers = [t for t in self.trackers if not t.done]
+        return not self.busy and not self.trackers
+
+
+class _SnapshotPool:
+    """Snapshot buffers kept between publications.
+
+    Copying 200 MB into memory already touched is several times faster than into
+    fresh pages, and the snapshot is the largest single cost of a swap on the
+    learner's side. Buffers still referenced by queued zero-copy sends are never
+    reused (each send is tracked); beyond ``size`` sets, snapshots are allocated.
+    """
+
+    def __init__(self, size: int = 3) -> None:
+        self._size = size
+        self._sets: list[_Snapshot] = []
+        self._lock = threading.Lock()
+
+    def take(self, tensors: Mapping[str, npt.NDArray[Any]]) -> _Snapshot:
+        layout = tuple((k, tuple(v.shape), v.dtype.str) for k, v in tensors.items())
+        with self._lock:
+            snap = next((s for s in self._sets if s.layout == layout and s.free()), None)
+            if snap is None:
+                arrays = {k: np.empty(v.shape, v.dtype) for k, v in tensors.items()}
+                snap = _Snapshot(layout, arrays)
+                if len(self._sets) < self._size:
+                    self._sets.append(snap)
+            snap.busy = True
+        for k, v in tensors.items():
+            np.copyto(snap.arrays[k], v)
+        return snap
+
+    def release(self, snap: _Snapshot | None) -> None:
+        if snap is not None:
+            with self._lock:
+                snap.busy = False
+
+    def track(self, snap: _Snapshot | None, tracker: zmq.MessageTracker) -> None:
+        if snap is not None:
+            with self._lock:
+                snap.trackers.append(tracker)
+
+
+@dataclass
 class _Published:
     version: int
     pieces: list[list[Frame]]
     created_time: float
+    snapshot: _Snapshot | None
+    seal: list[Frame] | None = None  # the digest message, once the hash is done
+
+    def message(self, index: int) -> list[Frame] | None:
+        """Piece ``index``, or the seal for index == len(pieces) (None while hashing)."""
+        return self.pieces[index] if index < len(self.pieces) else self.seal
 
 
 @dataclass
@@ -166,9 +219,11 @@ class WeightPublisher:
         self._clock = clock
         self._lock = threading.Lock()
         self._pending: WeightUpdate | None = None
+        self._pending_snapshot: _Snapshot | None = None
+        self._pool = _SnapshotPool()
         self._latest: _Published | None = None
         self._subs: dict[bytes, _Sub] = {}
-        self._counts = _Counter("published", "superseded", "pieces_sent", "rejected")
+        self._counts = Counters("published", "superseded", "pieces_sent", "rejected")
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -207,7 +262,8 @@ class WeightPublisher:
         above every version published so far.
         """
         created = self._clock()
-        snapshot = {k: np.array(v, copy=True, order="C") if copy else v for k, v in tensors.items()}
+        snap = self._pool.take(tensors) if copy else None
+        arrays = snap.arrays if snap is not None else dict(tensors)
         with self._lock:
             if version is not None:
                 if version < self._next_version:
@@ -217,7 +273,9 @@ class WeightPublisher:
             self._next_version += 1
             if self._pending is not None:
                 self._counts.add("superseded")
-            self._pending = WeightUpdate(version, snapshot, "", subset, created)
+                self._pool.release(self._pending_snapshot)
+            self._pending = WeightUpdate(version, arrays, "", subset, created)
+            self._pending_snapshot = snap
         self._wake.set()
         return version
 
@@ -264,6 +322,8 @@ class WeightPublisher:
         try:
             while not self._stop.is_set():
                 sending = any(s.cursor is not None for s in self._subs.values())
+                if sending and self._latest is not None and self._latest.seal is None:
+                    sending = False  # waiting for the hash: poll briefly instead of spinning
                 if sock.poll(0 if sending or self._wake.is_set() else _POLL_MS, zmq.POLLIN):
                     self._receive(sock)
                 self._take_pending()
@@ -279,27 +339,36 @@ class WeightPublisher:
         self._wake.clear()
         with self._lock:
             update, self._pending = self._pending, None
+            snap, self._pending_snapshot = self._pending_snapshot, None
         if update is None:
             return
-        digest = weights_digest(update.tensors)
-        pieces = []
         groups = split_pieces(update.tensors, self._piece_bytes)
+        pieces = []
         for index, names in enumerate(groups):
             meta = {
-                "digest": digest,
                 "subset": update.subset,
                 "created_time": update.created_time,
                 "index": index,
                 "count": len(groups),
-                "session": self.session,
             }
             arrays = {n: update.tensors[n] for n in names}
             pieces.append(encode(Message(p.WPIECE, "learner", update.version, arrays, meta)))
+        published = _Published(update.version, pieces, update.created_time, snap)
         with self._lock:
-            self._latest = _Published(update.version, pieces, update.created_time)
+            if self._latest is not None:
+                self._pool.release(self._latest.snapshot)
+            self._latest = published
+        threading.Thread(target=self._seal, args=(published, update), daemon=True).start()
         self._counts.add("published")
         for sub in self._subs.values():
             sub.cursor = 0 if sub.have < update.version else None
+
+    def _seal(self, published: _Published, update: WeightUpdate) -> None:
+        """Hash (BLAKE3 releases the GIL) while the pieces go out; the seal follows them."""
+        digest = weights_digest(update.tensors)
+        meta = {"digest": digest, "count": len(published.pieces)}
+        published.seal = encode(Message(p.WSEAL, "learner", update.version, {}, meta))
+        self._wake.set()
 
     def _receive(self, sock: zmq.Socket[bytes]) -> None:
         for _ in range(256):
@@ -339,15 +408,20 @@ class WeightPublisher:
             return
         for route, sub in list(self._subs.items()):
             while sub.cursor is not None:
-                if not self._send(sock, route, latest.pieces[sub.cursor]):
-                    break
+                frames = latest.message(sub.cursor)
+                if frames is None:
+                    break  # the seal is not ready
+                tracked = [zmq.Frame(f, track=True) for f in frames]
+                if not self._send(sock, route, tracked):
+                    break  # this subscriber's queue is full
+                self._pool.track(latest.snapshot, zmq.MessageTracker(*tracked))
                 self._counts.add("pieces_sent")
                 sub.cursor += 1
-                if sub.cursor == len(latest.pieces):
+                if sub.cursor > len(latest.pieces):
                     sub.cursor = None
                     sub.sent_version = latest.version
 
-    def _send(self, sock: zmq.Socket[bytes], route: bytes, frames: list[Frame]) -> bool:
+    def _send(self, sock: zmq.Socket[bytes], route: bytes, frames: list[Any]) -> bool:
         try:
             sock.send_multipart([route, *frames], flags=zmq.NOBLOCK, copy=False)
             return True
@@ -366,13 +440,23 @@ class WeightPublisher:
 
 @dataclass
 class _Assembly:
+    """An update being received: pieces checked and hashed as they arrive."""
+
     version: int
-    digest: str
     subset: str
     created_time: float
     count: int
     tensors: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+    hasher: WeightsHasher = field(default_factory=lambda: WeightsHasher(threads=1))
     next_index: int = 0
+
+
+def frames_version(frames: list[Any]) -> int:
+    """The version (seq) of a weight message that was refused after decoding."""
+    try:
+        return decode(frames).seq
+    except WireError:
+        return -1
 
 
 class WeightSubscriber:
@@ -397,11 +481,12 @@ class WeightSubscriber:
         self._live = Liveness(heartbeat_s, peer_timeout_s, clock)
         self._publisher_session: str | None = None
         self._assembly: _Assembly | None = None
+        self._skip_version = -1  # a version refused for its content: the rest of it is ignored
         self._restart = False
         self._lock = threading.Lock()
         self._ready_update: WeightUpdate | None = None
         self._arrived = threading.Condition(self._lock)
-        self._counts = _Counter(
+        self._counts = Counters(
             "pieces", "verified", "superseded", "stale", "reconnects", *(f"refused_{r}" for r in REFUSALS)
         )
         self._stop = threading.Event()
@@ -444,6 +529,7 @@ class WeightSubscriber:
     # -- I/O thread -----------------------------------------------------------------------
 
     def _run(self) -> None:
+        lower_priority()
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         sock = self._connect(ctx)
         try:
@@ -489,11 +575,15 @@ class WeightSubscriber:
                     self._on_beat(p.meta_str(message, "session"), p.meta_int(message, "latest", lo=-1))
                 elif message.kind == p.WPIECE:
                     self._on_piece(message)
+                elif message.kind == p.WSEAL:
+                    self._on_seal(message)
                 else:
                     raise WireError("schema", f"unexpected kind {message.kind!r} from the publisher")
             except WireError as exc:
                 self._refuse("malformed", str(exc))
             except WeightRefused as exc:
+                if exc.reason != "partial":  # its content is bad: ignore the rest of this version
+                    self._skip_version = frames_version(frames)
                 self._refuse(exc.reason, str(exc))
 
     def _on_beat(self, session: str, latest: int) -> None:
@@ -510,6 +600,8 @@ class WeightSubscriber:
     def _on_piece(self, message: Message) -> None:
         self._counts.add("pieces")
         version = message.seq
+        if version == self._skip_version:
+            return
         index, count = p.meta_int(message, "index"), p.meta_int(message, "count", lo=1)
         if version <= self._have:
             self._counts.add("stale")
@@ -521,28 +613,41 @@ class WeightSubscriber:
             subset = message.meta.get("subset")
             if subset not in ("full", "trainable"):
                 raise WireError("schema", f"weights subset {subset!r} is not 'full' or 'trainable'")
-            asm = self._assembly = _Assembly(
-                version,
-                p.meta_str(message, "digest"),
-                str(subset),
-                p.meta_number(message, "created_time"),
-                count,
-            )
+            created = p.meta_number(message, "created_time")
+            asm = self._assembly = _Assembly(version, str(subset), created, count)
         elif asm is None or asm.version != version or asm.next_index != index or asm.count != count:
-            self._assembly = None
-            self._restart = True  # ask for the whole version again
-            raise WeightRefused("partial", f"version {version}: piece {index} arrived out of order")
+            self._lost_track(f"version {version}: piece {index} arrived out of order")
+        self._assembly = None  # until this piece passes, the assembly is void
         for name, arr in message.arrays.items():
             if name in asm.tensors:
-                self._assembly = None
                 raise WeightRefused("names", f"version {version}: tensor {name!r} sent twice")
+            check_tensor(name, arr, self._expected)
+            try:
+                asm.hasher.update(name, arr)
+            except ValueError as exc:
+                raise WeightRefused("partial", f"version {version}: {exc}") from exc
             asm.tensors[name] = arr
         asm.next_index += 1
-        if asm.next_index < asm.count:
+        self._assembly = asm
+
+    def _on_seal(self, message: Message) -> None:
+        version = message.seq
+        if version == self._skip_version:
             return
+        asm = self._assembly
+        if version <= self._have:
+            self._counts.add("stale")
+            return
+        if asm is None or asm.version != version or asm.next_index != asm.count:
+            self._lost_track(f"version {version}: sealed before all its pieces arrived")
         self._assembly = None
-        update = WeightUpdate(asm.version, asm.tensors, asm.digest, asm.subset, asm.created_time)
-        verify(update, self._expected)
+        if p.meta_int(message, "count", lo=1) != asm.count:
+            raise WeightRefused("partial", f"version {version}: seal counts a different number of pieces")
+        check_complete(asm.tensors.keys(), asm.subset, self._expected)
+        digest = p.meta_str(message, "digest")
+        if asm.hasher.hexdigest() != digest:
+            raise WeightRefused("digest", f"version {version}: tensors do not match the digest")
+        update = WeightUpdate(asm.version, asm.tensors, digest, asm.subset, asm.created_time)
         self._have = update.version
         self._counts.add("verified")
         with self._arrived:
@@ -550,6 +655,11 @@ class WeightSubscriber:
                 self._counts.add("superseded")  # never taken: the newer one wins
             self._ready_update = update
             self._arrived.notify_all()
+
+    def _lost_track(self, detail: str) -> NoReturn:
+        self._assembly = None
+        self._restart = True  # ask for the whole version again
+        raise WeightRefused("partial", detail)
 
     def _refuse(self, reason: str, detail: str) -> None:
         self._counts.add(f"refused_{reason}")

@@ -166,16 +166,11 @@ def test_a_corrupted_piece_fails_the_digest_and_is_refused():
     try:
         route, *want = router.recv_multipart()  # a fake publisher that lies about the digest
         assert decode(want).kind == p.WANT
-        tensors = {"w": np.ones((64, 64), np.float32), "b": np.zeros(64, np.float32)}
-        meta = {
-            "digest": "0" * 64,
-            "subset": "full",
-            "created_time": 0.0,
-            "index": 0,
-            "count": 1,
-            "session": "x",
-        }
+        tensors = {"b": np.zeros(64, np.float32), "w": np.ones((64, 64), np.float32)}
+        meta = {"subset": "full", "created_time": 0.0, "index": 0, "count": 1}
         router.send_multipart([route, *encode(Message(p.WPIECE, "learner", 1, tensors, meta))])
+        seal = {"digest": "0" * 64, "count": 1}
+        router.send_multipart([route, *encode(Message(p.WSEAL, "learner", 1, {}, seal))])
         wait_for(lambda: sub.stats()["refused_digest"] == 1, 10, "the digest refusal")
         assert sub.latest() is None
     finally:

@@ -1,0 +1,321 @@
+"""`robotrl bench hotswap`: 50M parameters hot-swapped into an actor that keeps its 50 Hz deadlines.
+
+Three processes, as the actor is built: a learner, the actor's control process and its
+inference worker. The learner holds a 50M-parameter policy (12 linear layers of
+2048x2048, float32, about 200 MB) and publishes it 30 times through a
+:class:`WeightPublisher`, changing it in place between publications as training
+would. The control process runs a 50 Hz deadline loop (take the chunks that
+arrived into the action queue, pop the action for this tick, sleep to the next
+deadline); the inference worker produces a chunk every 20 ms (a simulated
+inference stamped with the policy version that made it) and polls a
+:class:`HotSwapper` between two inferences, whose thread receives, verifies and
+installs each update into the spare copy of the policy. Measured:
+publish-to-active, from the learner's ``publish`` call (before any copy or
+serialisation) to the first chunk of the new version entering the
+actor's action queue, after two warm-up publications (reported apart) in which the
+publisher allocates its reusable snapshot buffers; missed deadlines (a tick that
+started after its slot had ended) during swaps (from a publish call to its first
+chunk in the queue), and outside them as the machine's own baseline; the latest
+tick start.
+
+Both learners run at a lower CPU priority (nice 10): they stand in for the GPU host,
+and on one small machine they would otherwise take the CPU from the actor's control
+loop, which on a real deployment they never share.
+
+In the same run, lerobot's own weight path on the same weights: its learner
+``state_to_bytes`` (``torch.save``) onto a ``torch.multiprocessing.Queue``, its
+``LearnerService.StreamParameters`` sending the bytes over gRPC in 2 MB chunks, its
+actor's ``receive_bytes_in_chunks`` onto another such queue, then
+``bytes_to_state_dict`` (``torch.load``, ``weights_only``) and ``load_state_dict``.
+Timed from before ``torch.save`` to after ``load_state_dict``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import multiprocessing as mp
+import statistics
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from robotrl.bench.report import report
+from robotrl.transport.background import lower_priority
+from robotrl.transport.hotswap import HotSwapper, WeightSlots, expected_layout, module_tensors
+from robotrl.transport.weights import WeightPublisher, WeightSubscriber
+
+WIDTH = 2048
+LAYERS = 12  # 12 x (2048 x 2048 + 2048) = 50.3M parameters
+CONTROL_HZ = 50.0
+INFERENCE_S = 0.02
+WARMUP = 2  # publications before the measured ones: the publisher's snapshot buffers get allocated
+
+
+def make_policy(seed: int) -> torch.nn.Sequential:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(*(torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)))
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+# -- robotrl ---------------------------------------------------------------------------------
+
+
+def _learner(conn: Connection, actor: Connection, rounds: int) -> None:
+    lower_priority()  # it stands in for the GPU host: on one machine it must not starve the actor
+    policy = make_policy(0)
+    pub = WeightPublisher("tcp://127.0.0.1:0")
+    conn.send(pub.endpoint)
+    if not actor.poll(120):
+        raise RuntimeError("actor never became ready")
+    actor.recv()
+    latencies = []
+    for i in range(WARMUP + rounds):
+        with torch.no_grad():  # a training step changes the weights in place
+            policy[i % LAYERS].weight.mul_(0.999)  # type: ignore[operator]
+        version = pub.publish(module_tensors(policy))
+        if not actor.poll(30):
+            raise RuntimeError(f"version {version} never became active")
+        active, latency_s = actor.recv()
+        assert active == version, (active, version)
+        latencies.append(latency_s)
+        time.sleep(0.1)
+    actor.send("stop")
+    conn.send(latencies)
+    pub.close()
+
+
+def _inference_worker(control: Connection, endpoint: str) -> None:
+    """The actor's inference process: owns the two policy slots, swaps between inferences."""
+    slots = WeightSlots(make_policy(1), make_policy(2))
+    sub = WeightSubscriber(endpoint, expected=expected_layout(slots.active))
+    swapper = HotSwapper(sub, slots)
+    deadline = time.monotonic() + 60
+    while not sub.stats()["publisher_alive"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    control.send("ready")
+    while not control.poll(0):
+        swapper.poll()  # between two inferences only
+        time.sleep(INFERENCE_S)  # the simulated inference, on the active slot
+        created = swapper.active.created_time if swapper.active is not None else 0.0
+        control.send((slots.version, created))  # the chunk, stamped with its policy version
+    control.send({"refused": swapper.refused})
+    swapper.close()
+    sub.close()
+
+
+def _actor(conn: Connection, learner: Connection, endpoint: str) -> None:
+    """The actor's control process: a 50 Hz deadline loop fed with chunks by the worker."""
+    worker_end, control_end = mp.get_context("spawn").Pipe()
+    worker = mp.get_context("spawn").Process(target=_inference_worker, args=(worker_end, endpoint))
+    worker.start()
+    if not control_end.poll(120):
+        raise RuntimeError("inference worker did not start")
+    control_end.recv()
+    learner.send("ready")
+    queue: collections.deque[int] = collections.deque(maxlen=64)
+    active = -1
+    period = 1.0 / CONTROL_HZ
+    start = time.monotonic()
+    tick, worst = 0, 0.0
+    missed: list[float] = []  # scheduled starts of ticks that started after their slot ended
+    swaps: list[tuple[float, float]] = []  # (publish call, new version in the queue)
+    while not learner.poll(0):
+        scheduled = start + tick * period
+        late = time.monotonic() - scheduled
+        worst = max(worst, late)
+        if late > period:
+            missed.append(scheduled)
+        while control_end.poll(0):  # chunks that arrived: into the action queue
+            version, created = control_end.recv()
+            queue.append(version)
+            if version > active:
+                active = version
+                swaps.append((created, time.monotonic()))
+                learner.send((version, swaps[-1][1] - created))
+        if queue:
+            queue.popleft()  # the action for this tick
+        tick += 1
+        time.sleep(max(0.0, start + tick * period - time.monotonic()))
+    control_end.send("stop")
+    result: Any = None
+    while control_end.poll(10):
+        result = control_end.recv()
+        if isinstance(result, dict):
+            break
+    worker.join(10)
+    if worker.is_alive():
+        worker.kill()
+    refused = result.get("refused") if isinstance(result, dict) else None
+    during = sum(1 for t in missed if any(a - period <= t <= b for a, b in swaps))
+    conn.send(
+        {
+            "ticks": tick,
+            "missed": during,
+            "missed_outside_swaps": len(missed) - during,
+            "worst_late_ms": worst * 1000,
+            "refused": refused,
+        }
+    )
+
+
+# -- lerobot ---------------------------------------------------------------------------------
+
+
+def _lerobot_learner(conn: Connection, actor: Connection, rounds: int) -> None:
+    lower_priority()  # the same treatment as ours
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+    import torch.multiprocessing as tmp
+    from lerobot.rl.learner_service import MAX_WORKERS, LearnerService
+    from lerobot.transport import services_pb2_grpc
+    from lerobot.transport.utils import MAX_MESSAGE_SIZE, state_to_bytes
+
+    policy = make_policy(0)
+    shutdown = threading.Event()
+    parameters: Any = tmp.Queue()
+    service = LearnerService(shutdown, parameters, 0.0, tmp.Queue(), tmp.Queue())
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=MAX_WORKERS),
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
+            ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
+        ],
+    )
+    services_pb2_grpc.add_LearnerServiceServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    conn.send(f"127.0.0.1:{port}")
+    actor.recv()
+    times = []
+    for i in range(rounds):
+        with torch.no_grad():
+            policy[i % LAYERS].weight.mul_(0.999)  # type: ignore[operator]
+        start = time.monotonic()
+        parameters.put(state_to_bytes(policy.state_dict()))  # as its learner's push_actor_policy_to_queue
+        if not actor.poll(60):
+            raise RuntimeError("lerobot's actor never loaded the weights")
+        times.append(actor.recv() - start)
+    actor.send("stop")
+    shutdown.set()
+    conn.send(times)
+    server.stop(0)
+
+
+def _lerobot_actor(conn: Connection, learner: Connection, endpoint: str) -> None:
+    import grpc
+    import torch.multiprocessing as tmp
+    from lerobot.rl.queue import get_last_item_from_queue
+    from lerobot.transport import services_pb2, services_pb2_grpc
+    from lerobot.transport.utils import bytes_to_state_dict, grpc_channel_options, receive_bytes_in_chunks
+
+    policy = make_policy(1)
+    parameters: Any = tmp.Queue()
+    shutdown = threading.Event()
+    channel = grpc.insecure_channel(endpoint, grpc_channel_options())
+    stub = services_pb2_grpc.LearnerServiceStub(channel)
+    stub.Ready(services_pb2.Empty(), timeout=30)
+
+    def receive() -> None:  # its receive_policy thread
+        with contextlib.suppress(grpc.RpcError):  # the learner stopped
+            receive_bytes_in_chunks(stub.StreamParameters(services_pb2.Empty()), parameters, shutdown)
+
+    threading.Thread(target=receive, daemon=True).start()
+    learner.send("ready")
+    loaded = 0
+    while not shutdown.is_set():
+        blob = get_last_item_from_queue(parameters, block=True, timeout=0.1)
+        if blob is None:
+            if learner.poll(0):
+                break
+            continue
+        policy.load_state_dict(bytes_to_state_dict(blob))  # its update_policy_parameters
+        learner.send(time.monotonic())
+        loaded += 1
+    shutdown.set()
+    conn.send({"loaded": loaded})
+    channel.close()
+
+
+# -- driver ----------------------------------------------------------------------------------
+
+
+def _run_pair(learner_fn: Any, actor_fn: Any, rounds: int) -> tuple[list[float], dict[str, Any]]:
+    ctx = mp.get_context("spawn")
+    l_conn, l_child = ctx.Pipe()
+    a_conn, a_child = ctx.Pipe()
+    l_link, a_link = ctx.Pipe()
+    learner = ctx.Process(target=learner_fn, args=(l_child, l_link, rounds), daemon=True)
+    learner.start()
+    actor = None
+    try:
+        if not l_conn.poll(120):
+            raise RuntimeError("learner did not start")
+        endpoint = l_conn.recv()
+        actor = ctx.Process(target=actor_fn, args=(a_child, a_link, endpoint))  # it may have a child
+        actor.start()
+        if not l_conn.poll(600):
+            raise RuntimeError("no result from the learner")
+        latencies = l_conn.recv()
+        if not a_conn.poll(60):
+            raise RuntimeError("no result from the actor")
+        actor_stats = a_conn.recv()
+    finally:
+        for proc in (learner, actor):
+            if proc is not None:
+                proc.join(10)
+                if proc.is_alive():
+                    proc.kill()
+    return latencies, actor_stats
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    rounds = 8 if quick else 30
+    ours, actor_stats = _run_pair(_learner, _actor, rounds)
+    theirs, _ = _run_pair(_lerobot_learner, _lerobot_actor, 4 if quick else 10)
+    first_ms = [s * 1000 for s in ours[:WARMUP]]
+    ours = ours[WARMUP:]
+    ours_ms = [s * 1000 for s in ours]
+    theirs_ms = [s * 1000 for s in theirs]
+    p50, p99 = _percentile(ours_ms, 0.5), _percentile(ours_ms, 0.99)
+    le_p50 = statistics.median(theirs_ms)
+    result = {
+        "bench": "hotswap",
+        "publish_to_active_ms_p50": round(p50, 1),
+        "publish_to_active_ms_p99": round(p99, 1),
+        "missed_deadlines": actor_stats["missed"],
+        "missed_deadlines_outside_swaps": actor_stats["missed_outside_swaps"],
+        "lerobot_push_ms_p50": round(le_p50, 1),
+        "speedup_vs_lerobot": round(le_p50 / p50, 1),
+        "control_ticks": actor_stats["ticks"],
+        "worst_tick_late_ms": round(actor_stats["worst_late_ms"], 1),
+        "swaps": len(ours),
+        "warmup_publish_to_active_ms": [round(x) for x in first_ms],
+    }
+    rows = [
+        [
+            "robotrl",
+            len(ours),
+            p50,
+            p99,
+            f"{actor_stats['missed']} during swaps, {actor_stats['missed_outside_swaps']} outside, "
+            f"of {actor_stats['ticks']} ticks",
+        ],
+        ["lerobot", len(theirs), le_p50, _percentile(theirs_ms, 0.99), "(loads at episode end)"],
+    ]
+    report(
+        f"hotswap: 50.3M float32 parameters, learner process -> actor process at {CONTROL_HZ:.0f} Hz "
+        f"({'quick' if quick else 'full'} run)",
+        ["path", "swaps", "p50 ms", "p99 ms", "missed deadlines"],
+        rows,
+        result,
+    )
+    return result

@@ -1,0 +1,47 @@
+"""Installing weights into a torch module: zero-copy views or in-place copies, refusals before writes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from robotrl.core.types import WeightUpdate
+from robotrl.transport.hotswap import WeightSlots, expected_layout, install, module_tensors
+from robotrl.transport.weights import WeightRefused
+
+
+def test_zero_copy_install_makes_the_module_use_the_received_buffers():
+    module = torch.nn.Linear(4, 3)
+    weight = np.arange(12, dtype=np.float32).reshape(3, 4)
+    weight.flags.writeable = False  # as the wire decoder hands them out
+    install(module, WeightUpdate.build(1, {"weight": weight}, "trainable"), zero_copy=True)
+    assert module.weight.data_ptr() == weight.ctypes.data
+    assert module.weight.requires_grad  # a parameter stays a trainable parameter
+
+
+def test_copy_install_keeps_the_module_memory():
+    module = torch.nn.Linear(4, 3)
+    before = module.weight.data_ptr()
+    install(module, WeightUpdate.build(1, {"weight": np.ones((3, 4), np.float32)}, "trainable"))
+    assert module.weight.data_ptr() == before and torch.equal(module.weight, torch.ones(3, 4))
+
+
+def test_a_mismatched_update_is_refused_before_anything_is_written():
+    module = torch.nn.Linear(4, 3)
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    bad = {"bias": np.zeros(3, np.float32), "weight": np.zeros((4, 3), np.float32)}
+    with pytest.raises(WeightRefused, match="shape"):
+        install(module, WeightUpdate.build(1, bad), zero_copy=True)
+    assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
+
+
+def test_layout_and_trainable_subset_come_from_the_module():
+    module = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2))
+    module[0].requires_grad_(False)
+    assert expected_layout(module)["0.weight"] == ((2, 2), np.dtype(np.float32))
+    assert sorted(module_tensors(module, trainable_only=True)) == ["1.bias", "1.weight"]
+    slots = WeightSlots(module, torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2)))
+    assert torch.equal(slots.spare[0].weight, module[0].weight)
+    slots.swap(3)
+    assert slots.active is not module and slots.version == 3
