@@ -80,7 +80,11 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
         import torch
 
         torch.set_num_threads(inference_threads())
-        slots = PolicySlots(make_policy(cfg.policy, spec), make_policy(cfg.policy, spec))
+        policies = []
+        for _ in range(2):  # both slots start identical (a fresh policy's random weights too)
+            torch.manual_seed(cfg.seed)
+            policies.append(make_policy(cfg.policy, spec))
+        slots = PolicySlots(policies[0], policies[1])
         weights = None
         if online:
             from robotrl.transport.weights import WeightSubscriber

@@ -35,7 +35,7 @@ from typing import Any
 import numpy.typing as npt
 import zmq
 
-from robotrl.actor.inference import run_inference
+from robotrl.actor.inference import run_inference, seed_everything
 from robotrl.actor.slots import PolicySlots
 from robotrl.actor.timing import InferenceFailedError
 from robotrl.core.protocols import ChunkPolicy, WeightSource
@@ -155,7 +155,9 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
 
         torch.set_num_threads(spec.torch_threads)
     factory = _import(spec.policy_factory)
+    seed_everything(0)  # both slots start identical, even a fresh policy's random weights
     active: ChunkPolicy = factory(**spec.policy_kwargs)
+    seed_everything(0)
     spare: ChunkPolicy = factory(**spec.policy_kwargs)
     slots = PolicySlots(active, spare, spec.initial_version)
     stop = threading.Event()

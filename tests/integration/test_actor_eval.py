@@ -35,7 +35,7 @@ def test_eval_in_virtual_time_writes_its_summary(tmp_path):
         tmp_path, "actor.episodes=2", "actor.strategy=blend", f"actor.rerun_path={tmp_path}/eval.rrd"
     )
     assert (tmp_path / "eval.rrd").stat().st_size > 10_000
-    assert summary["episodes"] == 2 and summary["ticks"] == 120
+    assert summary["episodes"] == 2 and 0 < summary["ticks"] <= 120  # a lucky episode may end early
     assert summary["strategy"] == "blend" and summary["latency"] == "lognormal"
     assert summary["starved_ticks"] == 0 and summary["failures"] == []
     assert summary["mean_delay_ticks"] >= 1
@@ -45,5 +45,5 @@ def test_eval_in_virtual_time_writes_its_summary(tmp_path):
 @pytest.mark.timeout(300)
 def test_eval_in_wall_clock_time_runs_the_policy_in_a_worker(tmp_path):
     summary = run_eval(tmp_path, "actor.episodes=1", "actor.virtual_time=false")
-    assert summary["latency"] == "wall-clock" and summary["ticks"] == 60
+    assert summary["latency"] == "wall-clock" and 0 < summary["ticks"] <= 60
     assert "jitter_p99_ms" in summary and summary["failures"] == []
