@@ -175,3 +175,42 @@ class LognormalLatency:
 
     def sample_seconds(self, rng: np.random.Generator) -> float:
         return float(self.median_s * np.exp(self.sigma * rng.standard_normal()))
+
+
+class LinearChunkPolicy:
+    """A torch Linear as a ChunkPolicy: real tensors to ship, install and compare."""
+
+    def __init__(self, inputs: int, outputs: int) -> None:
+        import torch
+
+        self.net = torch.nn.Linear(inputs, outputs)
+        self._outputs = outputs
+
+    @property
+    def horizon(self) -> int:
+        return 1
+
+    @property
+    def action_dim(self) -> int:
+        return self._outputs
+
+    def infer(self, observation: Observation, prefix: FloatArray | None, delay: int) -> FloatArray:
+        import torch
+
+        with torch.no_grad():
+            out = self.net(torch.from_numpy(np.asarray(observation.state, np.float32))[None])
+        return out.numpy().astype(np.float32)
+
+    def per_sample_loss(self, batch: Mapping[str, Any]) -> Any:
+        raise NotImplementedError("never trained")
+
+    def trainable_tensors(self) -> Mapping[str, npt.NDArray[np.generic]]:
+        from robotrl.transport.hotswap import module_tensors
+
+        return module_tensors(self.net)
+
+    def load_weights(self, tensors: Mapping[str, npt.NDArray[np.generic]]) -> None:
+        from robotrl.core.types import WeightUpdate
+        from robotrl.transport.hotswap import install
+
+        install(self.net, WeightUpdate.build(0, tensors))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -108,6 +109,11 @@ class ControlLoop:
         self._consecutive_errors = 0
         self._pending_prefix = 0  # committed prefix length of the request in flight
         self._episode_id = -1
+        self._stop = threading.Event()
+
+    def request_stop(self) -> None:
+        """End the running episode at the next tick (the arm keeps its last command); thread-safe."""
+        self._stop.set()
 
     # -- chunks -------------------------------------------------------------------
 
@@ -258,7 +264,7 @@ class ControlLoop:
             hold = action
             if self.clock.now() > deadline + dt:
                 result.missed_deadlines += 1  # the command went out after its period ended
-            if step.terminated or step.truncated:
+            if step.terminated or step.truncated or self._stop.is_set():
                 break
             obs = step.observation
             tick = obs.tick

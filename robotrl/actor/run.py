@@ -137,8 +137,13 @@ def run_episodes(
         observer=observer,
     )
     results: list[EpisodeResult] = []
-    stop = threading.Event()  # Ctrl-C: finish this episode (the arm holds at its end), then stop
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = threading.Event()  # Ctrl-C: end the episode at the next tick (the arm holds), then stop
+
+    def on_interrupt(*_: object) -> None:
+        stop.set()
+        loop.request_stop()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
     start = time.perf_counter()
     columns = (TextColumn(title), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"))
     try:

@@ -71,7 +71,7 @@ class PolicySlots:
                 return False
             try:
                 self._spare.load_weights(update.tensors)
-            except (ValueError, KeyError, RuntimeError, TypeError) as exc:
+            except Exception as exc:  # whatever the policy refuses with: old weights kept, loader lives on
                 self.refused["load_error"] += 1
                 log.warning("weights v%d refused by the policy: %s", update.version, exc)
                 return False

@@ -197,14 +197,17 @@ class _Sub:
 
 
 class WeightPublisher:
-    """Learner side: binds ``endpoint``; ``publish`` makes a new version the one to send."""
+    """Learner side: binds ``endpoint``; ``publish`` makes a new version the one to send.
+
+    Versions start at 1: version 0 is the policy an actor starts with, before any update.
+    """
 
     def __init__(
         self,
         endpoint: str,
         *,
         piece_bytes: int = 16 << 20,
-        start_version: int = 0,
+        start_version: int = 1,
         heartbeat_s: float = 1.0,
         peer_timeout_s: float = 5.0,
         keys: ServerKeys | None = None,

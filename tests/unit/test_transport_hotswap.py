@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from robotrl.core.types import WeightUpdate
-from robotrl.transport.hotswap import WeightSlots, expected_layout, install, module_tensors
+from robotrl.transport.hotswap import expected_layout, install, module_tensors
 from robotrl.transport.weights import WeightRefused
 
 
@@ -41,7 +41,3 @@ def test_layout_and_trainable_subset_come_from_the_module():
     module[0].requires_grad_(False)
     assert expected_layout(module)["0.weight"] == ((2, 2), np.dtype(np.float32))
     assert sorted(module_tensors(module, trainable_only=True)) == ["1.bias", "1.weight"]
-    slots = WeightSlots(module, torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2)))
-    assert torch.equal(slots.spare[0].weight, module[0].weight)
-    slots.swap(3)
-    assert slots.active is not module and slots.version == 3
