@@ -47,7 +47,12 @@ ROLES: tuple[Role, ...] = (
         "run the learner: ingest transitions, RAPI or BC updates, publish weights",
         "robotrl.learner.main:run_learner",
     ),
-    Role("launch", "start a learner and N actors on this host, with health and restarts", None, issue=8),
+    Role(
+        "launch",
+        "start a learner and N actors on this host, with health and restarts",
+        "robotrl.launch.main:main",
+        uses_config=False,
+    ),
     Role(
         "pretrain",
         "behaviour-cloning pretraining of a chunk policy from demonstrations",
