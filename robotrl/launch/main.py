@@ -79,15 +79,23 @@ class Launch:
             raise KeyboardInterrupt  # the second Ctrl-C: no more waiting
 
     def _finished(self) -> str | None:
-        """Why the run is over, or None while it goes on."""
+        """Why the run is over, or None while it goes on.
+
+        Finite roles (actors with ``actor.episodes``, a learner with ``learner.max_groups``)
+        are waited for; a role that runs until stopped is stopped once the finite ones are done.
+        """
         states = self.supervisor.states()
         if self._interrupts:
             return "interrupted"
         if self.supervisor.any_failed():
             return "a role failed"
-        if self.actors and all(states[a] is State.done for a in self.actors):
+        actors_done = bool(self.actors) and all(states[a] is State.done for a in self.actors)
+        learner_done = self.has_learner and states["learner"] is State.done
+        actors_finite = self.cfg.actor.episodes > 0
+        learner_finite = self.cfg.learner.max_groups > 0
+        if actors_done and (learner_done or not self.has_learner or not learner_finite):
             return "every actor finished its episodes"
-        if self.has_learner and states["learner"] is State.done:
+        if learner_done and (not self.actors or not actors_finite):
             return "the learner finished its update groups"
         return None
 
