@@ -65,7 +65,11 @@ ROLES: tuple[Role, ...] = (
         "evaluate a policy: success, time to success, starved ticks, jerk",
         "robotrl.actor.run:eval_role",
     ),
-    Role("experiment", "run a named experiment (e.g. latency_sweep) as a Hydra multirun", None, issue=8),
+    Role(
+        "experiment",
+        "run a named experiment: experiment=demo (make demo), demo_quick, latency_sweep",
+        "robotrl.experiment.main:main",
+    ),
     Role("bench", "run a benchmark: robotrl bench NAME [--quick]", "robotrl.bench:main", uses_config=False),
     Role(
         "keys", "generate CURVE key pairs: robotrl keys generate", "robotrl.wire.auth:main", uses_config=False

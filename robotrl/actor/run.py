@@ -238,6 +238,8 @@ def actor_role(cfg: RobotRLConfig) -> int:
             "last_success": bool(results[-1].success),
             "backlog": sender.backlog(),
             "time": round(time.time(), 3),
+            # per episode: success, newest policy version executed (learning curves)
+            "history": [[int(r.success), max(r.policy_versions, default=-1)] for r in results],
         }
         tmp = progress_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(progress))
@@ -245,9 +247,7 @@ def actor_role(cfg: RobotRLConfig) -> int:
 
     progress_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        summary = run_episodes(
-            cfg, sink=to_learner, title=cfg.actor.actor_id, online=True, on_episode=report
-        )
+        summary = run_episodes(cfg, sink=to_learner, title=cfg.actor.actor_id, online=True, on_episode=report)
         delivered = sender.flush(timeout_s=cfg.transport.peer_timeout_s * 2)
     finally:
         sender.close()

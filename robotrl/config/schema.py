@@ -285,6 +285,11 @@ class LaunchConfig:
     """Refresh period of the health table (and of run_dir/launch_status.json)."""
     actor_seed_stride: int = 100_000
     """Actor i starts at seed actor.seed + i * stride, so actors see different episodes."""
+    actor_threads: int = 1
+    """Torch/OpenMP threads per actor process (0: library default). One avoids oversubscribing
+    the cores the learner needs; spinning OpenMP threads slow everything on a small CPU."""
+    learner_threads: int = 0
+    """Torch/OpenMP threads of the learner process (0: library default)."""
 
 
 @dataclass
@@ -502,6 +507,9 @@ def _launch_problems(la: LaunchConfig) -> list[tuple[str, str]]:
     out += _positive("launch.shutdown_timeout_s", la.shutdown_timeout_s)
     out += _positive("launch.status_every_s", la.status_every_s)
     out += _positive("launch.actor_seed_stride", la.actor_seed_stride)
+    for name in ("actor_threads", "learner_threads"):
+        if getattr(la, name) < 0:
+            out.append((f"launch.{name}", f"must be >= 0 (0: library default), got {getattr(la, name)}"))
     return out
 
 

@@ -13,10 +13,10 @@ episode, so the arm ends holding still, and flushes its transitions), then the l
 from __future__ import annotations
 
 import signal
-from contextlib import nullcontext
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from types import FrameType
 
@@ -46,13 +46,20 @@ def build_specs(cfg: RobotRLConfig, overrides: Sequence[str]) -> list[RoleSpec]:
     env = {"COLUMNS": "160", "PYTHONUNBUFFERED": "1"}
     specs = []
     if cfg.launch.learner:
-        specs.append(RoleSpec("learner", role_command("learner", shared), logs / "learner.log", env))
+        learner_env = {**env, **_threads(cfg.launch.learner_threads)}
+        specs.append(RoleSpec("learner", role_command("learner", shared), logs / "learner.log", learner_env))
     for i in range(cfg.launch.actors):
         actor_id = f"actor-{i}"
         seed = cfg.actor.seed + i * cfg.launch.actor_seed_stride
         argv = role_command("actor", [*shared, f"actor.actor_id={actor_id}", f"actor.seed={seed}"])
-        specs.append(RoleSpec(actor_id, argv, logs / f"{actor_id}.log", env))
+        actor_env = {**env, **_threads(cfg.launch.actor_threads)}
+        specs.append(RoleSpec(actor_id, argv, logs / f"{actor_id}.log", actor_env))
     return specs
+
+
+def _threads(n: int) -> dict[str, str]:
+    """Environment that caps torch's intra-op (OpenMP/MKL) threads; empty for the default."""
+    return {} if n == 0 else {"OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n)}
 
 
 class Launch:

@@ -9,6 +9,7 @@ killed, has crashed and is restarted after a back-off, up to ``max_restarts`` ti
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -104,7 +105,7 @@ class Supervisor:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **spec.env},
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 (no threads exist yet in the supervisor)
+                preexec_fn=_die_with_parent,
             )
         child.state = State.running
         child.started_at = self.clock()
@@ -188,10 +189,8 @@ class Supervisor:
     def _signal(child: Child, sig: int) -> None:
         """Signal the child's whole process group (its own helpers, e.g. an inference worker)."""
         assert child.process is not None
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(child.process.pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def _describe(code: int) -> str:

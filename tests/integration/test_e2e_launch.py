@@ -61,7 +61,9 @@ def _wait_for(predicate, timeout_s: float, proc: subprocess.Popen[str], what: st
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if proc.poll() is not None:
-            pytest.fail(f"launch exited ({proc.returncode}) while waiting for {what}:\n{proc.stdout.read()[-4000:]}")
+            pytest.fail(
+                f"launch exited ({proc.returncode}) while waiting for {what}:\n{proc.stdout.read()[-4000:]}"
+            )
         if time.monotonic() > deadline:
             proc.kill()
             pytest.fail(f"timed out waiting for {what}:\n{proc.communicate()[0][-4000:]}")
@@ -96,10 +98,16 @@ def test_launch_runs_learner_and_two_actors_until_done_and_weights_reach_the_act
     # Every tick of both actors arrived (the learner was stopped after the actors flushed).
     ticks = sum(s["ticks"] for s in summaries)
     assert (run / "checkpoints" / "latest").exists()
-    counters = json.loads((run / "checkpoints" / (run / "checkpoints" / "latest").read_text() / "counters.json").read_text())
+    counters = json.loads(
+        (run / "checkpoints" / (run / "checkpoints" / "latest").read_text() / "counters.json").read_text()
+    )
     assert counters["transitions"] == ticks, (counters, ticks, metrics[-1:])
     status = _status(run)
-    assert {r: status[r]["state"] for r in status} == {"learner": "done", "actor-0": "done", "actor-1": "done"}
+    assert {r: status[r]["state"] for r in status} == {
+        "learner": "done",
+        "actor-0": "done",
+        "actor-1": "done",
+    }
 
 
 @pytest.mark.slow
@@ -117,8 +125,10 @@ def test_a_killed_actor_is_restarted_and_sigint_stops_every_process(tmp_path: Pa
         victim = _status(run)["actor-0"]["pid"]
         os.kill(victim, signal.SIGKILL)
         _wait_for(
-            lambda: _status(run).get("actor-0", {}).get("restarts") == 1
-            and _status(run)["actor-0"]["state"] == "running",
+            lambda: (
+                _status(run).get("actor-0", {}).get("restarts") == 1
+                and _status(run)["actor-0"]["state"] == "running"
+            ),
             60,
             proc,
             "actor-0's restart",
