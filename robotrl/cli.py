@@ -59,7 +59,11 @@ ROLES: tuple[Role, ...] = (
         "robotrl.policy.pretrain:main",
     ),
     Role("record", "record episodes of the scripted expert as a LeRobotDataset", "robotrl.sim.record:record"),
-    Role("replay", "replay recorded episodes in the sim or on the arm", None, issue=8),
+    Role(
+        "replay",
+        "replay a dataset: replay.mode=open_loop | resim | to_learner | view",
+        "robotrl.replay.main:main",
+    ),
     Role(
         "eval",
         "evaluate a policy: success, time to success, starved ticks, jerk",

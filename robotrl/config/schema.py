@@ -337,6 +337,22 @@ class ExperimentConfig:
 
 
 @dataclass
+class ReplayConfig:
+    mode: str = "open_loop"
+    """open_loop (recorded actions on the sim, states compared), resim (the policy at the recorded
+    seeds under actor.latency, outcomes compared), to_learner (episodes into a learner's anchor
+    buffer), view (a rerun recording of the episodes)."""
+    episodes: list[int] = field(default_factory=list)
+    """Episode indices of the dataset to replay; empty for all."""
+    seed: int = 0
+    """Reset seed of the dataset's episode 0; episode i used seed + i (as `robotrl record` does)."""
+    tolerance: float = 1e-4
+    """open_loop: largest state difference (joint units) still counted as reproduced."""
+    output: str | None = None
+    """view: the .rrd file to write (default run_dir/replay.rrd)."""
+
+
+@dataclass
 class RobotRLConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -347,6 +363,7 @@ class RobotRLConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
     dataset: str | None = None
     """Local LeRobotDataset directory of demonstrations (`robotrl pretrain dataset=...`)."""
     run_dir: str = "runs/default"
@@ -473,6 +490,7 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     out += _pretrain_problems(cfg.pretrain)
     out += _launch_problems(cfg.launch)
     out += _experiment_problems(cfg.experiment)
+    out += _replay_problems(cfg.replay)
     if cfg.dataset is not None and not cfg.dataset.strip():
         out.append(("dataset", "must be a local LeRobotDataset directory or null, got an empty string"))
     return out
@@ -552,6 +570,19 @@ def _experiment_problems(ex: ExperimentConfig) -> list[tuple[str, str]]:
             out.append(("experiment.latencies", str(exc)))
     if not ex.latencies:
         out.append(("experiment.latencies", "must not be empty"))
+    return out
+
+
+REPLAY_MODES = ("open_loop", "resim", "to_learner", "view")
+
+
+def _replay_problems(rp: ReplayConfig) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if rp.mode not in REPLAY_MODES:
+        out.append(("replay.mode", f"must be one of {list(REPLAY_MODES)}, got {rp.mode!r}"))
+    if any(e < 0 for e in rp.episodes):
+        out.append(("replay.episodes", f"must be episode indices >= 0, got {rp.episodes}"))
+    out += _positive("replay.tolerance", rp.tolerance)
     return out
 
 
