@@ -196,8 +196,8 @@ def resim(cfg: RobotRLConfig, episodes: list[Episode]) -> int:
             delay,
         )
     Console().print(table)
-    rec = sum(r["recorded_success"] for r in rows)
-    sim = sum(r["resim_success"] for r in rows)
+    rec = sum(bool(r["recorded_success"]) for r in rows)
+    sim = sum(bool(r["resim_success"]) for r in rows)
     out = _write(cfg, "replay_resim.json", {"policy": cfg.policy.path, "episodes": rows})
     console.print(f"success: recorded {rec}/{len(rows)}, re-simulated {sim}/{len(rows)}; details in {out}")
     return 0
