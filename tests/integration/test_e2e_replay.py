@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from robotrl.sim.record import record
 
 from robotrl.config.load import load_config
 from robotrl.replay.main import main as replay
-from robotrl.sim.record import record
 
 STATE_ONLY = ["env=so101_pick_place", "env.cameras=[]", "env.privileged_state=true", "policy=flow_tiny"]
 
