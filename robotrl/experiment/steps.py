@@ -10,6 +10,7 @@ groups it reads), so a step's command line says everything it ran with.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -22,6 +23,8 @@ from typing import Any
 from rich.console import Console
 
 STAMP = ".robotrl_step.json"
+QUIET = {"HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+"""Environment of every step: the datasets library's per-episode bars would drown robotrl's own."""
 
 
 class StepFailedError(RuntimeError):
@@ -80,7 +83,7 @@ class Steps:
         self.console = console
         self.seconds: dict[str, float] = {}
 
-    def run(self, title: str, out_dir: Path, argv: Sequence[str], log: Path | None = None) -> StepResult:
+    def run(self, title: str, out_dir: Path, argv: Sequence[str]) -> StepResult:
         """Run ``argv`` unless ``out_dir`` holds a matching stamp; raise :class:`StepFailedError`."""
         self.done += 1
         head = f"[bold cyan][{self.done}/{self.total}][/] {title}"
@@ -91,19 +94,11 @@ class Steps:
             return StepResult(True, 0.0)
         self.console.print(f"{head}  ->  {out_dir}")
         start = time.perf_counter()
-        if log is None:
-            code = subprocess.call(list(argv), stdin=subprocess.DEVNULL)
-        else:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with open(log, "ab") as f:
-                code = subprocess.call(
-                    list(argv), stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT
-                )
+        code = subprocess.call(list(argv), stdin=subprocess.DEVNULL, env={**os.environ, **QUIET})
         seconds = time.perf_counter() - start
         self.seconds[title] = round(seconds, 1)
         if code != 0:
-            where = f"; its output is in {log}" if log else ""
-            raise StepFailedError(f"step '{title}' failed with exit code {code}{where}")
+            raise StepFailedError(f"step '{title}' failed with exit code {code} (its output is above)")
         out_dir.mkdir(parents=True, exist_ok=True)
         stamp.write_text(json.dumps({"argv": list(argv[1:]), "seconds": round(seconds, 1)}, indent=1))
         self.console.print(f"{head}: done in {seconds:.0f} s")

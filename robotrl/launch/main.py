@@ -43,7 +43,7 @@ def build_specs(cfg: RobotRLConfig, overrides: Sequence[str]) -> list[RoleSpec]:
     """The learner (when asked) and ``launch.actors`` actors, each with its log file."""
     shared = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in _PER_ACTOR_KEYS]
     logs = Path(cfg.run_dir) / "logs"
-    env = {"COLUMNS": "160", "PYTHONUNBUFFERED": "1"}
+    env = {"COLUMNS": "160", "PYTHONUNBUFFERED": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
     specs = []
     if cfg.launch.learner:
         learner_env = {**env, **_threads(cfg.launch.learner_threads)}
