@@ -126,7 +126,7 @@ class Demo:
             learner__algorithm=AlgorithmKind(algorithm),
             learner__max_groups=self.ex.update_groups,
             learner__demos_path=str(self.demos),
-            learner__resume=True,  # a restarted learner continues from its checkpoint (the folder starts empty)
+            learner__resume=True,  # a learner restarted by launch continues from its checkpoint
             transport__transitions_endpoint=f"ipc://{sockets}/transitions",
             transport__weights_endpoint=f"ipc://{sockets}/weights",
             transport__spool_dir=str(out / "spool"),
