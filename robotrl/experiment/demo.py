@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from robotrl.config.schema import AlgorithmKind, PolicyKind, RobotRLConfig
-from robotrl.experiment.steps import Steps, config_overrides, robotrl
+from robotrl.experiment.steps import STAMP, StepFailedError, Steps, config_overrides, robotrl
 
 RESULTS = "results.json"
 CURVE = "learning_curve.png"
@@ -115,6 +115,9 @@ class Demo:
         argv = robotrl("eval", *config_overrides(cfg, ["env", "policy", "actor"]), f"run_dir={out}")
         self.steps.run(f"evaluate {label} on {self.ex.eval_episodes} fixed seeds", out, argv)
         summary: dict[str, Any] = json.loads((out / "eval_summary.json").read_text())
+        if summary["episodes"] != self.ex.eval_episodes:  # stopped early (Ctrl-C): not a result
+            (out / STAMP).unlink(missing_ok=True)
+            raise StepFailedError(f"{out}: {summary['episodes']} of {self.ex.eval_episodes} episodes ran")
         return summary
 
     def finetune(self, algorithm: str) -> Path:
@@ -144,7 +147,7 @@ class Demo:
             f"fine-tune online with {algorithm} ({self.ex.actors} actor(s) x {self.ex.online_episodes} "
             f"episodes, {self.ex.update_groups} update groups, latency {_latency(self.cfg)})"
         )
-        if not (out / ".robotrl_step.json").exists():
+        if not (out / STAMP).exists():
             shutil.rmtree(out, ignore_errors=True)  # a half-finished run starts over
         self.steps.run(title, out, argv)
         policy = out / "policy"

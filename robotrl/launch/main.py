@@ -30,6 +30,7 @@ from robotrl.launch.supervisor import RoleSpec, State, Supervisor
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
 STATUS_FILE = "launch_status.json"
 _PER_ACTOR_KEYS = ("actor.actor_id", "actor.seed")
 
@@ -143,7 +144,10 @@ class Launch:
                 signal.signal(s, handler)
         rows = self._rows()
         self.console.print(table(rows, f"robotrl launch: {reason}"))
-        return EXIT_FAILED if self.supervisor.any_failed() or reason == "killed" else 0
+        if self.supervisor.any_failed() or reason == "killed":
+            return EXIT_FAILED
+        # Stopped cleanly, but before the work was done: callers must not take it as finished.
+        return EXIT_INTERRUPTED if reason == "interrupted" else 0
 
     def shutdown(self) -> None:
         """Actors first (they finish their episode and flush), then the learner (checkpoint)."""
