@@ -1,24 +1,13 @@
 #!/usr/bin/env bash
-# What `make demo` runs. Until the End-to-end issue lands, the full job (record
-# demonstrations, pretrain, evaluate, fine-tune online with RAPI, evaluate again)
-# does not exist; this runs the most complete path that does, and says so.
+# What `make demo` runs: the sim fine-tuning demo (robotrl/experiment/demo.py).
+#   make demo                 the full demo (record, pretrain, evaluate, fine-tune with RAPI and
+#                             with BC through real learner and actor processes, evaluate again)
+#   DEMO_QUICK=1 make demo    every step at a few minutes' size (a smoke run, not a result)
+# Extra Hydra overrides go in DEMO_ARGS, e.g. DEMO_ARGS="experiment.actors=2".
+# Artefacts land in runs/demo (runs/demo_quick); finished steps are reused on the next run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROBOTRL=.venv/bin/robotrl
-
-cat <<'MSG'
-robotrl demo
-============
-Built so far: the foundation (core types, wire codec, Hydra configs, CLI,
-benchmarks). Not built yet: the sim, policies, actor, transport, learner, so the
-fine-tuning demo cannot run. This demo shows what exists:
-  1. the roles of the robotrl command,
-  2. the composed config of the default run (the contract the next parts build on),
-  3. the wire codec benchmark (transition batches with two 96x96 cameras).
-MSG
-
-echo; echo "== 1. robotrl --help"; $ROBOTRL --help
-echo; echo "== 2. robotrl config env=so101_pick_place"; $ROBOTRL config env=so101_pick_place
-echo; echo "== 3. robotrl bench codec"; $ROBOTRL bench codec
-echo
-echo "demo: done. The end-to-end fine-tuning demo replaces this script when its issue lands."
+preset=demo
+if [[ "${DEMO_QUICK:-0}" != "0" ]]; then preset=demo_quick; fi
+# shellcheck disable=SC2086  # DEMO_ARGS is a list of overrides
+exec .venv/bin/robotrl experiment "experiment=${preset}" ${DEMO_ARGS:-}

@@ -47,20 +47,33 @@ ROLES: tuple[Role, ...] = (
         "run the learner: ingest transitions, RAPI or BC updates, publish weights",
         "robotrl.learner.main:run_learner",
     ),
-    Role("launch", "start a learner and N actors on this host, with health and restarts", None, issue=8),
+    Role(
+        "launch",
+        "start a learner and N actors on this host, with health and restarts",
+        "robotrl.launch.main:main",
+        uses_config=False,
+    ),
     Role(
         "pretrain",
         "behaviour-cloning pretraining of a chunk policy from demonstrations",
         "robotrl.policy.pretrain:main",
     ),
     Role("record", "record episodes of the scripted expert as a LeRobotDataset", "robotrl.sim.record:record"),
-    Role("replay", "replay recorded episodes in the sim or on the arm", None, issue=8),
+    Role(
+        "replay",
+        "replay a dataset: replay.mode=open_loop | resim | to_learner | view",
+        "robotrl.replay.main:main",
+    ),
     Role(
         "eval",
         "evaluate a policy: success, time to success, starved ticks, jerk",
         "robotrl.actor.run:eval_role",
     ),
-    Role("experiment", "run a named experiment (e.g. latency_sweep) as a Hydra multirun", None, issue=8),
+    Role(
+        "experiment",
+        "run a named experiment: experiment=demo (make demo), demo_quick, latency_sweep",
+        "robotrl.experiment.main:main",
+    ),
     Role("bench", "run a benchmark: robotrl bench NAME [--quick]", "robotrl.bench:main", uses_config=False),
     Role(
         "keys", "generate CURVE key pairs: robotrl keys generate", "robotrl.wire.auth:main", uses_config=False

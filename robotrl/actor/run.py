@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from robotrl.actor.report import summarize
 from robotrl.actor.slots import PolicySlots
 from robotrl.actor.worker import ProcessInference, WorkerSpec
 from robotrl.config.schema import PolicyConfig, RobotRLConfig, TransportConfig
-from robotrl.core.protocols import ChunkPolicy, InferenceBackend, WeightSource
+from robotrl.core.protocols import ChunkPolicy, InferenceBackend, LoopObserver, WeightSource
 from robotrl.core.types import EnvSpec, Transition
 
 log = logging.getLogger(__name__)
@@ -108,9 +109,18 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
 
 
 def run_episodes(
-    cfg: RobotRLConfig, sink: TransitionSink | None, title: str, online: bool = False
+    cfg: RobotRLConfig,
+    sink: TransitionSink | None,
+    title: str,
+    online: bool = False,
+    on_episode: Callable[[Sequence[EpisodeResult]], None] | None = None,
+    observer: LoopObserver | None = None,
 ) -> dict[str, Any]:
-    """Run ``cfg.actor.episodes`` episodes (0: until stopped) with progress; return the summary."""
+    """Run ``cfg.actor.episodes`` episodes (0: until stopped) with progress; return the summary.
+
+    ``on_episode`` sees the results so far after every episode (progress for a supervisor);
+    ``observer`` watches every tick and chunk (a rerun recording).
+    """
     from robotrl.sim import make_env
     from robotrl.sim.latency import build_latency_model
 
@@ -157,6 +167,8 @@ def run_episodes(
                 results.append(result)
                 wins = sum(r.success for r in results)
                 progress.update(task, advance=1, status=f"success {wins}/{len(results)}")
+                if on_episode is not None:
+                    on_episode(results)
                 if result.failure:
                     log.error("episode %d stopped: %s", i, result.failure)
                     break
@@ -239,8 +251,29 @@ def actor_role(cfg: RobotRLConfig) -> int:
         if not sender.send(TransitionBatch.from_transitions(transitions)):
             refused += len(transitions)  # queue and spool full: counted, reported below
 
+    progress_path = Path(cfg.run_dir) / f"actor_{cfg.actor.actor_id}_progress.json"
+
+    def report(results: Sequence[EpisodeResult]) -> None:
+        """What `robotrl launch` shows: episodes, successes, the newest policy version executed."""
+        versions = [v for r in results for v in r.policy_versions]
+        progress = {
+            "episodes": len(results),
+            "successes": sum(r.success for r in results),
+            "ticks": sum(r.ticks for r in results),
+            "policy_version": max(versions, default=-1),
+            "last_success": bool(results[-1].success),
+            "backlog": sender.backlog(),
+            "time": round(time.time(), 3),
+            # per episode: success, newest policy version executed (learning curves)
+            "history": [[int(r.success), max(r.policy_versions, default=-1)] for r in results],
+        }
+        tmp = progress_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(progress))
+        tmp.replace(progress_path)
+
+    progress_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        summary = run_episodes(cfg, sink=to_learner, title=cfg.actor.actor_id, online=True)
+        summary = run_episodes(cfg, sink=to_learner, title=cfg.actor.actor_id, online=True, on_episode=report)
         delivered = sender.flush(timeout_s=cfg.transport.peer_timeout_s * 2)
     finally:
         sender.close()

@@ -280,6 +280,89 @@ class PretrainConfig:
 
 
 @dataclass
+class LaunchConfig:
+    actors: int = 2
+    """Actor processes `robotrl launch` starts beside the learner (actor ids actor-0, actor-1, ...)."""
+    learner: bool = True
+    """Start the learner too (false: the actors join a learner that runs elsewhere)."""
+    max_restarts: int = 3
+    """Restarts of one crashed role before launch stops everything and fails."""
+    restart_backoff_s: float = 1.0
+    """Wait before the first restart of a role; doubles with every further restart."""
+    shutdown_timeout_s: float = 60.0
+    """Time each stage of shutdown (actors, then the learner) gets before it is killed."""
+    status_every_s: float = 2.0
+    """Refresh period of the health table (and of run_dir/launch_status.json)."""
+    actor_seed_stride: int = 100_000
+    """Actor i starts at seed actor.seed + i * stride, so actors see different episodes."""
+    actor_threads: int = 1
+    """Torch/OpenMP threads per actor process (0: library default). One avoids oversubscribing
+    the cores the learner needs; spinning OpenMP threads slow everything on a small CPU."""
+    learner_threads: int = 0
+    """Torch/OpenMP threads of the learner process (0: library default)."""
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "demo"
+    """Which experiment `robotrl experiment` runs: demo (the fine-tuning demo) or latency_sweep."""
+    output_dir: str = "runs/demo"
+    """Folder of every artefact; a second run reuses what is there (delete it to start over)."""
+    demos: int = 20
+    """Scripted expert demonstrations recorded for pretraining and the anchor buffer."""
+    pretrain_steps: int = 4000
+    """Behaviour-cloning steps of the pretrained baseline."""
+    eval_episodes: int = 50
+    """Fixed-seed evaluation episodes before and after fine-tuning (same seeds every time)."""
+    eval_seed: int = 1_000_000
+    """Seed of the first evaluation episode (far from the training seeds)."""
+    online_episodes: int = 40
+    """Online episodes per actor in each fine-tuning run: the budget, equal for rapi and bc."""
+    update_groups: int = 200
+    """Learner update groups in each fine-tuning run (also equal for rapi and bc)."""
+    actors: int = 1
+    """Actor processes in each fine-tuning run."""
+    algorithms: list[str] = field(default_factory=lambda: ["rapi", "bc"])
+    """Fine-tuning runs to compare, by learner algorithm."""
+    rerun_episodes: int = 2
+    """Episodes of the fine-tuned policy recorded to demo.rrd (0: none)."""
+    checkpoint: str | None = None
+    """latency_sweep: the policy checkpoint to sweep (default: the demo's pretrained policy)."""
+    latencies: list[str] = field(
+        default_factory=lambda: [
+            "constant:0",
+            "constant:0.05",
+            "constant:0.1",
+            "constant:0.2",
+            "constant:0.4",
+            "lognormal:0.15",
+            "spike_mixture:0.15",
+        ]
+    )
+    """latency_sweep: latency models as kind:median_s (kinds of actor.latency.kind)."""
+    strategies: list[str] = field(default_factory=lambda: ["sync", "naive_async", "blend", "prefix"])
+    """latency_sweep: execution strategies to compare."""
+    sweep_episodes: int = 20
+    """latency_sweep: fixed-seed episodes per (latency, strategy) cell."""
+
+
+@dataclass
+class ReplayConfig:
+    mode: str = "open_loop"
+    """open_loop (recorded actions on the sim, states compared), resim (the policy at the recorded
+    seeds under actor.latency, outcomes compared), to_learner (episodes into a learner's anchor
+    buffer), view (a rerun recording of the episodes)."""
+    episodes: list[int] = field(default_factory=list)
+    """Episode indices of the dataset to replay; empty for all."""
+    seed: int = 0
+    """Reset seed of the dataset's episode 0; episode i used seed + i (as `robotrl record` does)."""
+    tolerance: float = 1e-4
+    """open_loop: largest state difference (joint units) still counted as reproduced."""
+    output: str | None = None
+    """view: the .rrd file to write (default run_dir/replay.rrd)."""
+
+
+@dataclass
 class RobotRLConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -288,6 +371,9 @@ class RobotRLConfig:
     transport: TransportConfig = field(default_factory=TransportConfig)
     record: RecordConfig = field(default_factory=RecordConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
     dataset: str | None = None
     """Local LeRobotDataset directory of demonstrations (`robotrl pretrain dataset=...`)."""
     run_dir: str = "runs/default"
@@ -420,6 +506,9 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     if t.weights_subset not in ("trainable", "full"):
         out.append(("transport.weights_subset", f"must be 'trainable' or 'full', got {t.weights_subset!r}"))
     out += _pretrain_problems(cfg.pretrain)
+    out += _launch_problems(cfg.launch)
+    out += _experiment_problems(cfg.experiment)
+    out += _replay_problems(cfg.replay)
     if cfg.dataset is not None and not cfg.dataset.strip():
         out.append(("dataset", "must be a local LeRobotDataset directory or null, got an empty string"))
     return out
@@ -438,6 +527,80 @@ def _pretrain_problems(pt: PretrainConfig) -> list[tuple[str, str]]:
         out.append(("pretrain.val_fraction", f"must be in [0, 1), got {pt.val_fraction}"))
     if pt.threads < 0:
         out.append(("pretrain.threads", f"must be >= 0, got {pt.threads}"))
+    return out
+
+
+def _launch_problems(la: LaunchConfig) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if la.actors < 0:
+        out.append(("launch.actors", f"must be >= 0, got {la.actors}"))
+    if la.actors == 0 and not la.learner:
+        out.append(("launch.actors", "with launch.learner=false there must be at least one actor"))
+    if la.max_restarts < 0:
+        out.append(("launch.max_restarts", f"must be >= 0, got {la.max_restarts}"))
+    if la.restart_backoff_s < 0:
+        out.append(("launch.restart_backoff_s", f"must be >= 0, got {la.restart_backoff_s}"))
+    out += _positive("launch.shutdown_timeout_s", la.shutdown_timeout_s)
+    out += _positive("launch.status_every_s", la.status_every_s)
+    out += _positive("launch.actor_seed_stride", la.actor_seed_stride)
+    for name in ("actor_threads", "learner_threads"):
+        if getattr(la, name) < 0:
+            out.append((f"launch.{name}", f"must be >= 0 (0: library default), got {getattr(la, name)}"))
+    return out
+
+
+def parse_latency(spec: str) -> tuple[LatencyKind, float]:
+    """'kind:median_s' (e.g. 'lognormal:0.15') -> (kind, median_s); ValueError names what is wrong."""
+    kind, sep, median = spec.partition(":")
+    if not sep:
+        raise ValueError(f"{spec!r} is not kind:median_s (e.g. constant:0.1)")
+    try:
+        parsed = LatencyKind(kind)
+    except ValueError:
+        raise ValueError(f"{spec!r}: unknown latency kind {kind!r}") from None
+    if parsed is LatencyKind.empirical:
+        raise ValueError(f"{spec!r}: the empirical model needs a profile file, not a median")
+    value = float(median)
+    if value < 0 or (value == 0 and parsed is not LatencyKind.constant):
+        raise ValueError(f"{spec!r}: the median must be > 0 (>= 0 for constant)")
+    return parsed, value
+
+
+def _experiment_problems(ex: ExperimentConfig) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if ex.name not in ("demo", "latency_sweep"):
+        out.append(("experiment.name", f"must be 'demo' or 'latency_sweep', got {ex.name!r}"))
+    for name in ("demos", "pretrain_steps", "eval_episodes", "online_episodes", "update_groups", "actors"):
+        out += _positive(f"experiment.{name}", getattr(ex, name))
+    out += _positive("experiment.sweep_episodes", ex.sweep_episodes)
+    if ex.rerun_episodes < 0:
+        out.append(("experiment.rerun_episodes", f"must be >= 0, got {ex.rerun_episodes}"))
+    bad = [a for a in ex.algorithms if a not in {k.value for k in AlgorithmKind}]
+    if bad or not ex.algorithms:
+        out.append(("experiment.algorithms", f"must list rapi and/or bc, got {ex.algorithms}"))
+    bad = [s for s in ex.strategies if s not in {k.value for k in Strategy}]
+    if bad or not ex.strategies:
+        out.append(("experiment.strategies", f"must list strategies of {[k.value for k in Strategy]}"))
+    for spec in ex.latencies:
+        try:
+            parse_latency(spec)
+        except ValueError as exc:
+            out.append(("experiment.latencies", str(exc)))
+    if not ex.latencies:
+        out.append(("experiment.latencies", "must not be empty"))
+    return out
+
+
+REPLAY_MODES = ("open_loop", "resim", "to_learner", "view")
+
+
+def _replay_problems(rp: ReplayConfig) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if rp.mode not in REPLAY_MODES:
+        out.append(("replay.mode", f"must be one of {list(REPLAY_MODES)}, got {rp.mode!r}"))
+    if any(e < 0 for e in rp.episodes):
+        out.append(("replay.episodes", f"must be episode indices >= 0, got {rp.episodes}"))
+    out += _positive("replay.tolerance", rp.tolerance)
     return out
 
 

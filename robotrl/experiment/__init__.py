@@ -1,0 +1,1 @@
+"""`robotrl experiment NAME`: the end-to-end fine-tuning demo and the latency sweep."""

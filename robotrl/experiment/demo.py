@@ -1,0 +1,331 @@
+"""`robotrl experiment experiment=demo`: the sim fine-tuning demo that `make demo` runs.
+
+1. record scripted demonstrations of the task (``robotrl record``),
+2. pretrain the policy by behaviour cloning (``robotrl pretrain``),
+3. evaluate it on fixed seeds (``robotrl eval``),
+4. fine-tune it online for each algorithm (RAPI, then BC as the baseline) with a real
+   learner and real actors (``robotrl launch``) in virtual time under the configured
+   latency, with the same budget (online episodes and update groups) for each,
+5. evaluate each fine-tuned policy on the same seeds,
+6. record a rerun view of the fine-tuned policy, plot the learning curves, and write
+   the before/after table and ``results.json``.
+
+Every step is cached in ``experiment.output_dir``; a second run redoes only what is
+missing. The numbers are measured on the run, never assumed.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from robotrl.config.schema import AlgorithmKind, PolicyKind, RobotRLConfig
+from robotrl.experiment.steps import STAMP, StepFailedError, Steps, config_overrides, robotrl
+
+RESULTS = "results.json"
+CURVE = "learning_curve.png"
+RECORDING = "demo.rrd"
+RUN_GROUPS = ("env", "policy", "actor", "learner", "transport")
+
+
+class Demo:
+    def __init__(self, cfg: RobotRLConfig, console: Console) -> None:
+        self.cfg = cfg
+        self.ex = cfg.experiment
+        self.out = Path(self.ex.output_dir)
+        self.console = console
+        # record, pretrain, eval, (launch + eval) per algorithm, rerun
+        self.steps = Steps(3 + 2 * len(self.ex.algorithms) + 1, console)
+
+    # -- paths -------------------------------------------------------------------------
+
+    @property
+    def demos(self) -> Path:
+        return self.out / "demos"
+
+    @property
+    def pretrained(self) -> Path:
+        return self.out / "pretrain" / "policy"
+
+    def finetune_dir(self, algorithm: str) -> Path:
+        return self.out / f"finetune_{algorithm}"
+
+    def eval_dir(self, name: str) -> Path:
+        return self.out / f"eval_{name}"
+
+    # -- configs of the steps ------------------------------------------------------------
+
+    def _variant(self, **changes: Any) -> RobotRLConfig:
+        """A copy of the config with ``group.field`` (written ``group__field``) changed."""
+        cfg = copy.deepcopy(self.cfg)
+        for key, value in changes.items():
+            group, _, name = key.partition("__")
+            setattr(getattr(cfg, group), name, value)
+        return cfg
+
+    def _sockets(self, name: str) -> Path:
+        """A short, stable folder for ipc sockets (ipc paths are limited to ~100 bytes)."""
+        digest = hashlib.sha1(str((self.out / name).resolve()).encode()).hexdigest()[:10]
+        path = Path(tempfile.gettempdir()) / f"robotrl-{digest}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    # -- steps -------------------------------------------------------------------------
+
+    def record(self) -> None:
+        cfg = self._variant(policy__kind=PolicyKind.expert)
+        argv = robotrl(
+            "record",
+            *config_overrides(cfg, ["env", "policy"]),
+            f"record.episodes={self.ex.demos}",
+            f"record.output_dir={self.demos}",
+            "record.overwrite=true",
+            f"seed={self.cfg.seed}",
+        )
+        self.steps.run(f"record {self.ex.demos} expert demonstrations of {self.cfg.env.id}", self.demos, argv)
+
+    def pretrain(self) -> None:
+        cfg = self._variant(policy__path=None, pretrain__steps=self.ex.pretrain_steps)
+        run_dir = self.out / "pretrain"
+        argv = robotrl(
+            "pretrain",
+            *config_overrides(cfg, ["env", "policy", "pretrain"]),
+            f"dataset={self.demos}",
+            f"run_dir={run_dir}",
+            f"seed={self.cfg.seed}",
+        )
+        size, steps = cfg.policy.size.value, self.ex.pretrain_steps
+        title = f"pretrain the {size} policy ({steps} steps of behaviour cloning)"
+        self.steps.run(title, run_dir, argv)
+
+    def evaluate(self, name: str, policy: Path, label: str) -> dict[str, Any]:
+        cfg = self._variant(
+            policy__path=str(policy), actor__episodes=self.ex.eval_episodes, actor__seed=self.ex.eval_seed
+        )
+        out = self.eval_dir(name)
+        argv = robotrl("eval", *config_overrides(cfg, ["env", "policy", "actor"]), f"run_dir={out}")
+        self.steps.run(f"evaluate {label} on {self.ex.eval_episodes} fixed seeds", out, argv)
+        summary: dict[str, Any] = json.loads((out / "eval_summary.json").read_text())
+        if summary["episodes"] != self.ex.eval_episodes:  # stopped early (Ctrl-C): not a result
+            (out / STAMP).unlink(missing_ok=True)
+            raise StepFailedError(f"{out}: {summary['episodes']} of {self.ex.eval_episodes} episodes ran")
+        return summary
+
+    def finetune(self, algorithm: str) -> Path:
+        out = self.finetune_dir(algorithm)
+        sockets = self._sockets(f"finetune_{algorithm}")
+        cfg = self._variant(
+            policy__path=str(self.pretrained),
+            actor__episodes=self.ex.online_episodes,
+            learner__algorithm=AlgorithmKind(algorithm),
+            learner__max_groups=self.ex.update_groups,
+            learner__demos_path=str(self.demos),
+            learner__resume=True,  # a learner restarted by launch continues from its checkpoint
+            transport__transitions_endpoint=f"ipc://{sockets}/transitions",
+            transport__weights_endpoint=f"ipc://{sockets}/weights",
+            transport__spool_dir=str(out / "spool"),
+        )
+        argv = robotrl(
+            "launch",
+            *config_overrides(cfg, RUN_GROUPS),
+            f"launch.actors={self.ex.actors}",
+            f"launch.actor_threads={self.cfg.launch.actor_threads}",
+            f"launch.learner_threads={self.cfg.launch.learner_threads}",
+            f"run_dir={out}",
+            f"seed={self.cfg.seed}",
+        )
+        title = (
+            f"fine-tune online with {algorithm} ({self.ex.actors} actor(s) x {self.ex.online_episodes} "
+            f"episodes, {self.ex.update_groups} update groups, latency {_latency(self.cfg)})"
+        )
+        if not (out / STAMP).exists():
+            shutil.rmtree(out, ignore_errors=True)  # a half-finished run starts over
+        self.steps.run(title, out, argv)
+        policy = out / "policy"
+        if not policy.exists():
+            export_policy(self.pretrained, out, policy)
+        return policy
+
+    def rerun_view(self, policy: Path, label: str) -> Path | None:
+        path = self.out / RECORDING
+        if self.ex.rerun_episodes == 0:
+            return None
+        stamp = self.out / ".rerun_stamp"
+        key = f"{policy}:{self.ex.rerun_episodes}"
+        if path.exists() and stamp.exists() and stamp.read_text() == key:
+            self.steps.note_cached(f"rerun recording of {label}", path)
+            return path
+        self.steps.done += 1
+        self.console.print(
+            f"[bold cyan][{self.steps.done}/{self.steps.total}][/] rerun recording of {label} "
+            f"({self.ex.rerun_episodes} episodes)  ->  {path}"
+        )
+        from robotrl.actor.run import run_episodes
+        from robotrl.viz.rerun import RerunObserver
+
+        cfg = self._variant(
+            policy__path=str(policy), actor__episodes=self.ex.rerun_episodes, actor__seed=self.ex.eval_seed
+        )
+        observer = RerunObserver(path, application_id="robotrl-demo")
+        try:
+            run_episodes(cfg, sink=None, title="rerun", observer=observer)
+        finally:
+            observer.close()
+        stamp.write_text(key)
+        return path
+
+    # -- the whole demo ----------------------------------------------------------------
+
+    def run(self) -> int:
+        start = time.perf_counter()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._intro()
+        self.record()
+        self.pretrain()
+        evals = {"pretrained": self.evaluate("pretrained", self.pretrained, "the pretrained policy")}
+        policies: dict[str, Path] = {}
+        for algorithm in self.ex.algorithms:
+            policies[algorithm] = self.finetune(algorithm)
+            evals[algorithm] = self.evaluate(
+                algorithm, policies[algorithm], f"the {algorithm}-fine-tuned policy"
+            )
+        best = "rapi" if "rapi" in policies else self.ex.algorithms[0]
+        recording = self.rerun_view(policies[best], f"the {best}-fine-tuned policy")
+        from robotrl.experiment.plots import learning_curves
+
+        curve = learning_curves(
+            {a: self.finetune_dir(a) for a in self.ex.algorithms}, evals, self.out / CURVE
+        )
+        results = self.results(evals, time.perf_counter() - start)
+        (self.out / RESULTS).write_text(json.dumps(results, indent=2))
+        self._report(evals, results, curve, recording)
+        return 0
+
+    def results(self, evals: dict[str, dict[str, Any]], wall_s: float) -> dict[str, Any]:
+        def rate(name: str) -> float | None:
+            return evals[name]["success_rate"] if name in evals else None
+
+        ci = {name: evals[name]["ci95"] for name in evals}
+        ci95 = {"before": ci["pretrained"], "after": ci.get("rapi"), "bc": ci.get("bc")}
+        rapi_beats_bc = None
+        if "rapi" in ci and "bc" in ci:
+            rapi_beats_bc = ci["rapi"][0] > ci["bc"][1]  # intervals do not overlap
+        return {
+            "success_before": rate("pretrained"),
+            "success_after": rate("rapi"),
+            "success_bc": rate("bc"),
+            "ci95": ci95,
+            "episodes": self.ex.eval_episodes,
+            "wall_s": round(wall_s, 1),
+            "rapi_beats_bc_beyond_ci": rapi_beats_bc,
+            "per_policy": {
+                name: {
+                    k: e[k]
+                    for k in ("success_rate", "ci95", "mean_time_to_success_s", "jerk_rms", "starved_ticks")
+                }
+                for name, e in evals.items()
+            },
+            "setting": {
+                "env": self.cfg.env.id,
+                "cameras": list(self.cfg.env.cameras),
+                "privileged_state": self.cfg.env.privileged_state,
+                "policy_size": self.cfg.policy.size.value,
+                "strategy": self.cfg.actor.strategy.value,
+                "latency": _latency(self.cfg),
+                "control_hz": self.cfg.env.control_hz,
+                "demos": self.ex.demos,
+                "pretrain_steps": self.ex.pretrain_steps,
+                "online_episodes_per_actor": self.ex.online_episodes,
+                "actors": self.ex.actors,
+                "update_groups": self.ex.update_groups,
+                "eval_seeds": [self.ex.eval_seed, self.ex.eval_seed + self.ex.eval_episodes - 1],
+            },
+            "step_seconds": self.steps.seconds,
+        }
+
+    def _intro(self) -> None:
+        c, ex = self.cfg, self.ex
+        cams = ", ".join(c.env.cameras) if c.env.cameras else "none (state only)"
+        self.console.rule("[bold]robotrl demo: online fine-tuning in the sim")
+        self.console.print(
+            f"task {c.env.id} at {c.env.control_hz:g} Hz; cameras: {cams}; "
+            f"privileged object pose in the state: {c.env.privileged_state}\n"
+            f"policy: built-in flow policy, size {c.policy.size.value}, chunks of {c.policy.horizon}; "
+            f"strategy {c.actor.strategy.value} under {_latency(c)} inference latency (virtual time)\n"
+            f"budget per algorithm: {ex.actors} actor(s) x {ex.online_episodes} online episodes, "
+            f"{ex.update_groups} learner update groups; evaluation on {ex.eval_episodes} fixed seeds\n"
+            f"artefacts in {self.out} (delete it to start over; finished steps are reused)"
+        )
+
+    def _report(
+        self, evals: dict[str, dict[str, Any]], results: dict[str, Any], curve: Path, recording: Path | None
+    ) -> None:
+        table = Table(title=f"{self.cfg.env.id}: {self.ex.eval_episodes} fixed-seed episodes per policy")
+        for col in ("policy", "success", "95% CI", "time to success", "jerk RMS", "starved ticks"):
+            table.add_column(col, justify="right" if col != "policy" else "left")
+        names = {
+            "pretrained": "pretrained (BC on demos)",
+            "rapi": "+ online RAPI",
+            "bc": "+ online BC (baseline)",
+        }
+        for name, e in evals.items():
+            lo, hi = e["ci95"]
+            tts = e["mean_time_to_success_s"]
+            table.add_row(
+                names.get(name, name),
+                f"{e['success_rate']:.0%}",
+                f"{lo:.0%}-{hi:.0%}",
+                "-" if tts is None else f"{tts:.2f} s",
+                f"{e['jerk_rms']:.0f}",
+                str(e["starved_ticks"]),
+            )
+        self.console.print(table)
+        verdict = results["rapi_beats_bc_beyond_ci"]
+        if verdict is not None:
+            self.console.print(
+                "RAPI vs BC under the same budget: "
+                + (
+                    "RAPI is better beyond the 95% intervals."
+                    if verdict
+                    else "the 95% intervals overlap; this run does not show RAPI beating BC."
+                )
+            )
+        self.console.print(
+            f"results: {self.out / RESULTS}\nlearning curves: {curve}\n"
+            + (f"rerun recording: {recording}  (open with: rerun {recording})\n" if recording else "")
+            + f"logs of every role: {self.out}/finetune_*/logs/\ntotal wall time {results['wall_s']:.0f} s"
+        )
+
+
+def _latency(cfg: RobotRLConfig) -> str:
+    lat = cfg.actor.latency
+    return f"{lat.kind.value} median {lat.median_s * 1e3:.0f} ms"
+
+
+def export_policy(pretrained: Path, run_dir: Path, target: Path) -> None:
+    """The learner's latest published weights on top of the pretrained checkpoint, saved as a
+    policy checkpoint that `robotrl eval policy.path=...` loads."""
+    from safetensors.numpy import load_file
+
+    from robotrl.learner.checkpoint import Checkpointer
+    from robotrl.policy import load_policy, save_policy
+
+    latest = Checkpointer(run_dir).latest()
+    if latest is None:
+        raise RuntimeError(f"{run_dir}: the learner wrote no checkpoint (did it run any update group?)")
+    policy = load_policy(pretrained)
+    policy.load_weights(load_file(str(latest / "policy.safetensors")))
+    save_policy(policy, target)
+
+
+def run_demo(cfg: RobotRLConfig) -> int:
+    return Demo(cfg, Console()).run()

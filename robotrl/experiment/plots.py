@@ -1,0 +1,139 @@
+"""PNG plots of experiments (matplotlib, headless): learning curves and the latency sweep."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def online_history(run_dir: Path) -> list[int]:
+    """Per-episode successes of every actor of a fine-tuning run, interleaved in episode order."""
+    histories = []
+    for path in sorted(run_dir.glob("actor_*_progress.json")):
+        histories.append([int(s) for s, _v in json.loads(path.read_text()).get("history", [])])
+    out: list[int] = []
+    for i in range(max((len(h) for h in histories), default=0)):
+        out += [h[i] for h in histories if i < len(h)]
+    return out
+
+
+def learner_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "learner_metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def rolling(values: list[int], window: int) -> npt.NDArray[np.float64]:
+    x = np.asarray(values, dtype=float)
+    if len(x) == 0:
+        return x
+    kernel = np.ones(min(window, len(x)))
+    return np.convolve(x, kernel, "valid") / len(kernel)
+
+
+def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], path: Path) -> Path:
+    """Online success (rolling) per algorithm with the fixed-seed evaluations, and learner losses."""
+    plt = _pyplot()
+    fig, (ax_s, ax_l) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colours = {"rapi": "tab:blue", "bc": "tab:orange"}
+    for name, run_dir in runs.items():
+        hist = online_history(run_dir)
+        window = max(1, min(10, len(hist) // 4 or 1))
+        curve = rolling(hist, window)
+        if len(curve):
+            ax_s.plot(
+                np.arange(window, len(hist) + 1), curve, color=colours.get(name), label=f"{name}: online"
+            )
+        if name in evals:
+            e = evals[name]
+            lo, hi = e["ci95"]
+            x = len(hist) + 1
+            ax_s.errorbar(
+                [x],
+                [e["success_rate"]],
+                yerr=[[e["success_rate"] - lo], [hi - e["success_rate"]]],
+                fmt="o",
+                color=colours.get(name),
+                capsize=4,
+                label=f"{name}: eval (95% CI)",
+            )
+        metrics = learner_metrics(run_dir)
+        if metrics and "policy_loss" in metrics[0]:
+            ax_l.plot(
+                [m["group"] for m in metrics],
+                [m["policy_loss"] for m in metrics],
+                color=colours.get(name),
+                label=f"{name}: policy loss",
+            )
+        if metrics and "q_loss" in metrics[0]:
+            ax_l.plot(
+                [m["group"] for m in metrics],
+                [m["q_loss"] for m in metrics],
+                color=colours.get(name),
+                linestyle="--",
+                label=f"{name}: critic (Q) loss",
+            )
+    if "pretrained" in evals:
+        e = evals["pretrained"]
+        lo, hi = e["ci95"]
+        ax_s.axhline(e["success_rate"], color="grey", linestyle=":", label="pretrained: eval")
+        ax_s.axhspan(lo, hi, color="grey", alpha=0.15)
+    ax_s.set(
+        xlabel="online episode (all actors)",
+        ylabel="success rate",
+        ylim=(-0.02, 1.02),
+        title="success: online (rolling) and fixed-seed evaluation",
+    )
+    ax_s.legend(fontsize=8, loc="lower right")
+    ax_l.set(xlabel="learner update group", ylabel="loss", title="learner losses")
+    ax_l.set_yscale("log")
+    ax_l.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def sweep_plot(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Success (with 95% CI) and jerk per latency model, one line per strategy."""
+    plt = _pyplot()
+    latencies = list(dict.fromkeys(r["latency"] for r in rows))
+    strategies = list(dict.fromkeys(r["strategy"] for r in rows))
+    fig, (ax_s, ax_j) = plt.subplots(1, 2, figsize=(13, 4.5))
+    x = np.arange(len(latencies))
+    width = 0.8 / max(1, len(strategies))
+    for i, strategy in enumerate(strategies):
+        cells = {r["latency"]: r for r in rows if r["strategy"] == strategy}
+        rates = np.array([cells[lat]["success_rate"] if lat in cells else np.nan for lat in latencies])
+        lo = np.array([cells[lat]["ci95"][0] if lat in cells else np.nan for lat in latencies])
+        hi = np.array([cells[lat]["ci95"][1] if lat in cells else np.nan for lat in latencies])
+        offset = x - 0.4 + width * (i + 0.5)
+        ax_s.bar(offset, rates, width, yerr=[rates - lo, hi - rates], capsize=2, label=strategy)
+        jerk = [cells[lat]["jerk_rms"] if lat in cells else np.nan for lat in latencies]
+        ax_j.plot(x, jerk, marker="o", label=strategy)
+    for ax in (ax_s, ax_j):
+        ax.set_xticks(x, latencies, rotation=30, ha="right", fontsize=8)
+        ax.legend(fontsize=8)
+    ax_s.set(ylabel="success rate (95% CI)", ylim=(0, 1.05), title="success by latency model and strategy")
+    ax_j.set(ylabel="action jerk RMS", title="smoothness (lower is smoother)")
+    ax_j.set_yscale("log")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

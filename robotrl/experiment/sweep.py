@@ -1,0 +1,141 @@
+"""`robotrl experiment experiment=latency_sweep`: one checkpoint under every latency model and
+execution strategy, in virtual time on fixed seeds, as a table, a JSON file and a plot.
+
+Each cell runs the serial runner (policy in this process, latency drawn from the model,
+no sleeping), so the sweep is exact, reproducible and much faster than real time; the
+same seeds are used in every cell, so cells differ only by latency and strategy.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from robotrl.config.schema import RobotRLConfig, Strategy, parse_latency
+
+SWEEP_DIR = "latency_sweep"
+
+
+def cell_config(cfg: RobotRLConfig, latency: str, strategy: str, policy: str) -> RobotRLConfig:
+    out = copy.deepcopy(cfg)
+    kind, median = parse_latency(latency)
+    out.actor.latency.kind, out.actor.latency.median_s = kind, median
+    out.actor.strategy = Strategy(strategy)
+    out.actor.virtual_time = True
+    out.actor.episodes = cfg.experiment.sweep_episodes
+    out.actor.seed = cfg.experiment.eval_seed
+    out.policy.path = policy
+    return out
+
+
+def sweep_policy(cfg: RobotRLConfig) -> str:
+    ex = cfg.experiment
+    path = ex.checkpoint or cfg.policy.path or str(Path(ex.output_dir) / "pretrain" / "policy")
+    if not Path(path).is_dir():
+        raise FileNotFoundError(
+            f"experiment.checkpoint: no policy checkpoint at {path} (run the demo first, or set "
+            "experiment.checkpoint=DIR)"
+        )
+    return path
+
+
+def run_sweep(cfg: RobotRLConfig) -> int:
+    from robotrl.actor.run import run_episodes
+    from robotrl.experiment.plots import sweep_plot
+
+    console = Console()
+    ex = cfg.experiment
+    policy = sweep_policy(cfg)
+    out = Path(ex.output_dir) / SWEEP_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    cells = [(lat, s) for lat in ex.latencies for s in ex.strategies]
+    console.rule(f"[bold]latency sweep: {len(cells)} cells x {ex.sweep_episodes} episodes of {cfg.env.id}")
+    console.print(
+        f"policy {policy}; seeds {ex.eval_seed}..{ex.eval_seed + ex.sweep_episodes - 1} in every cell"
+    )
+    rows: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    for i, (latency, strategy) in enumerate(cells, 1):
+        summary = run_episodes(
+            cell_config(cfg, latency, strategy, policy), None, f"[{i}/{len(cells)}] {latency} {strategy}"
+        )
+        rows.append({"latency": latency, "strategy": strategy, **_row(summary)})
+        (out / "results.json").write_text(json.dumps({"policy": policy, "rows": rows}, indent=1))
+    plot = sweep_plot(rows, out / "sweep.png")
+    console.print(table(rows, f"{cfg.env.id}: {ex.sweep_episodes} fixed-seed episodes per cell"))
+    for finding in findings(rows):
+        console.print(finding)
+    console.print(
+        f"table: {out / 'results.json'}\nplot: {plot}\nwall time {time.perf_counter() - start:.0f} s"
+    )
+    return 0
+
+
+def _row(summary: dict[str, Any]) -> dict[str, Any]:
+    keys = (
+        "success_rate",
+        "ci95",
+        "mean_time_to_success_s",
+        "jerk_rms",
+        "starved_ticks",
+        "mean_delay_ticks",
+        "episodes",
+        "prefix_overruns",
+    )
+    return {k: summary[k] for k in keys}
+
+
+def table(rows: list[dict[str, Any]], title: str) -> Table:
+    out = Table(title=title)
+    for col in (
+        "latency",
+        "strategy",
+        "success",
+        "95% CI",
+        "time to success",
+        "jerk RMS",
+        "starved",
+        "delay",
+    ):
+        out.add_column(col, justify="left" if col in ("latency", "strategy") else "right")
+    for r in rows:
+        lo, hi = r["ci95"]
+        tts = r["mean_time_to_success_s"]
+        delay = r["mean_delay_ticks"]
+        out.add_row(
+            r["latency"],
+            r["strategy"],
+            f"{r['success_rate']:.0%}",
+            f"{lo:.0%}-{hi:.0%}",
+            "-" if tts is None else f"{tts:.2f} s",
+            f"{r['jerk_rms']:.0f}",
+            str(r["starved_ticks"]),
+            "-" if delay is None else f"{delay:.1f}",
+        )
+    return out
+
+
+def findings(rows: list[dict[str, Any]]) -> list[str]:
+    """prefix versus naive_async per latency: better, worse or within the intervals (measured)."""
+    out = []
+    by = {(r["latency"], r["strategy"]): r for r in rows}
+    for latency in dict.fromkeys(r["latency"] for r in rows):
+        p, n = by.get((latency, "prefix")), by.get((latency, "naive_async"))
+        if p is None or n is None:
+            continue
+        if p["ci95"][0] > n["ci95"][1]:
+            verdict = "better than"
+        elif p["ci95"][1] < n["ci95"][0]:
+            verdict = "WORSE than"
+        else:
+            verdict = "within the 95% intervals of"
+        out.append(
+            f"{latency}: prefix {p['success_rate']:.0%} is {verdict} naive_async {n['success_rate']:.0%}"
+        )
+    return out

@@ -1,0 +1,155 @@
+"""`robotrl launch`: a learner and two actors as real processes over ipc endpoints.
+
+Checks what a user relies on: transitions arrive at the learner, weights move from the
+learner into the actors (the policy version the actors execute rises above 0), one log
+per role, a crashed actor is restarted, and SIGINT stops everything with no orphan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+TINY = [
+    "policy=flow_tiny",
+    "env.cameras=[]",
+    "env.max_episode_ticks=60",
+    "learner.critic_warmup_updates=5",
+    "learner.learning_starts=32",
+    "learner.batch_size=32",
+    "learner.log_every_groups=1",
+    "learner.checkpoint_every_groups=1000",
+    "launch.actors=2",
+    "launch.status_every_s=0.5",
+    "launch.restart_backoff_s=0.2",
+]
+
+
+def _endpoints(tmp: Path) -> list[str]:
+    return [
+        f"transport.transitions_endpoint=ipc://{tmp}/t.sock",
+        f"transport.weights_endpoint=ipc://{tmp}/w.sock",
+        f"transport.spool_dir={tmp}/spool",
+        f"run_dir={tmp}/run",
+    ]
+
+
+def _launch(tmp: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "robotrl.cli", "launch", *TINY, *_endpoints(tmp), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _status(run: Path) -> dict[str, dict]:
+    try:
+        return {r["role"]: r for r in json.loads((run / "launch_status.json").read_text())["roles"]}
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def _wait_for(predicate, timeout_s: float, proc: subprocess.Popen[str], what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if proc.poll() is not None:
+            pytest.fail(
+                f"launch exited ({proc.returncode}) while waiting for {what}:\n{proc.stdout.read()[-4000:]}"
+            )
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"timed out waiting for {what}:\n{proc.communicate()[0][-4000:]}")
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_launch_runs_learner_and_two_actors_until_done_and_weights_reach_the_actors(tmp_path: Path):
+    proc = _launch(tmp_path, "actor.episodes=4", "learner.max_groups=0")
+    out, _ = proc.communicate(timeout=500)
+    assert proc.returncode == 0, out[-4000:]
+    run = tmp_path / "run"
+    for role in ("learner", "actor-0", "actor-1"):
+        assert (run / "logs" / f"{role}.log").stat().st_size > 0
+    summaries = [json.loads((run / f"actor_actor-{i}_summary.json").read_text()) for i in (0, 1)]
+    progress = [json.loads((run / f"actor_actor-{i}_progress.json").read_text()) for i in (0, 1)]
+    assert [p["episodes"] for p in progress] == [4, 4]
+    # The actors ran chunks of weights the learner published (version 0 is the initial policy).
+    assert max(p["policy_version"] for p in progress) >= 1, out[-4000:]
+    for s in summaries:
+        assert s["transport"]["flushed"] and s["transport"]["dropped"] == 0
+    metrics = [json.loads(x) for x in (run / "learner_metrics.jsonl").read_text().splitlines()]
+    # Every tick of both actors arrived (the learner was stopped after the actors flushed).
+    ticks = sum(s["ticks"] for s in summaries)
+    assert (run / "checkpoints" / "latest").exists()
+    counters = json.loads(
+        (run / "checkpoints" / (run / "checkpoints" / "latest").read_text() / "counters.json").read_text()
+    )
+    assert counters["transitions"] == ticks, (counters, ticks, metrics[-1:])
+    status = _status(run)
+    assert {r: status[r]["state"] for r in status} == {
+        "learner": "done",
+        "actor-0": "done",
+        "actor-1": "done",
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_killed_actor_is_restarted_and_sigint_stops_every_process(tmp_path: Path):
+    run = tmp_path / "run"
+    proc = _launch(tmp_path, "actor.episodes=0", "learner.max_groups=0")
+    try:
+        _wait_for(
+            lambda: _status(run).get("actor-0", {}).get("progress", {}).get("episodes", 0) >= 1,
+            300,
+            proc,
+            "actor-0's first episode",
+        )
+        victim = _status(run)["actor-0"]["pid"]
+        os.kill(victim, signal.SIGKILL)
+        _wait_for(
+            lambda: (
+                _status(run).get("actor-0", {}).get("restarts") == 1
+                and _status(run)["actor-0"]["state"] == "running"
+            ),
+            60,
+            proc,
+            "actor-0's restart",
+        )
+        _wait_for(
+            lambda: _status(run).get("learner", {}).get("progress", {}).get("version", 0) >= 1,
+            300,
+            proc,
+            "the learner's first published weights",
+        )
+        pids = [r["pid"] for r in _status(run).values()]
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out[-4000:]  # stopped cleanly, but interrupted
+    assert not [p for p in [*pids, victim] if _alive(p)], "a role outlived launch"
+    status = _status(run)
+    assert status["actor-0"]["restarts"] == 1
+    assert all(r["state"] in ("done", "stopped") for r in status.values()), status
+    assert "shutting down" in out
+    # The learner stopped after the actors: its checkpoint holds what they flushed.
+    assert (run / "checkpoints" / "latest").exists()

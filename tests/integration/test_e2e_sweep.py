@@ -1,0 +1,49 @@
+"""`robotrl experiment experiment=latency_sweep` on a small grid: every cell runs on the same
+seeds, and the table, JSON and plot are written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from robotrl.sim import make_env
+
+from robotrl.config.load import load_config
+from robotrl.experiment.sweep import run_sweep
+from robotrl.policy import build_policy, save_policy
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_latency_sweep_writes_one_row_per_cell_and_a_plot(tmp_path: Path):
+    base = ["env=so101_reach", "env.cameras=[]", "env.max_episode_ticks=40", "policy=flow_tiny"]
+    env = make_env(load_config(base).env)
+    policy = build_policy(load_config(base).policy, env.spec)
+    env.close()
+    save_policy(policy, tmp_path / "policy")
+    cfg = load_config(
+        [
+            *base,
+            "experiment=latency_sweep",
+            f"experiment.output_dir={tmp_path}",
+            f"experiment.checkpoint={tmp_path / 'policy'}",
+            "experiment.latencies=[constant:0,constant:0.4]",
+            "experiment.strategies=[sync,prefix]",
+            "experiment.sweep_episodes=2",
+        ]
+    )
+    assert run_sweep(cfg) == 0
+    out = tmp_path / "latency_sweep"
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert [(r["latency"], r["strategy"]) for r in rows] == [
+        ("constant:0", "sync"),
+        ("constant:0", "prefix"),
+        ("constant:0.4", "sync"),
+        ("constant:0.4", "prefix"),
+    ]
+    assert all(r["episodes"] == 2 for r in rows)
+    # 400 ms at 30 Hz is 12 ticks per inference: delays are measured, not assumed.
+    assert rows[3]["mean_delay_ticks"] == pytest.approx(12, abs=1)
+    assert rows[1]["mean_delay_ticks"] in (None, 0.0)
+    assert (out / "sweep.png").read_bytes()[:4] == b"\x89PNG"

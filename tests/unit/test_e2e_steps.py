@@ -1,0 +1,66 @@
+"""Experiment steps: configs travel to child processes as overrides, and finished steps are cached."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from robotrl.config.load import load_config
+from robotrl.config.schema import parse_latency
+from robotrl.experiment.steps import Steps, config_overrides, hydra_value
+from robotrl.experiment.sweep import findings
+
+GROUPS = ("env", "policy", "actor", "learner", "transport")
+
+
+def test_overrides_reproduce_every_field_of_the_groups_including_odd_strings_and_nulls():
+    cfg = load_config(["env=so101_pick_place", "policy=flow_tiny", "learner=bc", "experiment=demo"])
+    cfg.transport.spool_dir = "/tmp/a b/it's=here"
+    cfg.learner.demos_path = None
+    cfg.policy.path = "runs/x:y/policy"
+    again = load_config(config_overrides(cfg, GROUPS))
+    for group in GROUPS:
+        assert getattr(again, group) == getattr(cfg, group), group
+
+
+def test_hydra_values_keep_their_types():
+    assert hydra_value(None) == "null"
+    assert hydra_value(True) == "true"
+    assert hydra_value([1, "a"]) == "[1,'a']"
+    assert hydra_value("null") == "'null'"  # a string, not None
+
+
+def test_a_step_with_a_matching_stamp_is_not_run_again(tmp_path: Path):
+    out = tmp_path / "step"
+    marker = tmp_path / "runs.txt"
+    argv = [sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')"]
+    steps = Steps(3, Console(file=open("/dev/null", "w")))  # noqa: SIM115
+    assert not steps.run("first", out, argv).cached
+    assert steps.run("again", out, argv).cached
+    assert not steps.run("changed", out, [*argv[:2], argv[2] + "# changed"]).cached
+    assert marker.read_text() == "xx"
+
+
+def test_latency_specs_parse():
+    kind, median = parse_latency("lognormal:0.15")
+    assert (kind.value, median) == ("lognormal", 0.15)
+
+
+@pytest.mark.parametrize("bad", ["lognormal", "warp:0.1", "lognormal:0", "empirical:0.1"])
+def test_bad_latency_specs_name_themselves(bad: str):
+    with pytest.raises(ValueError, match=bad.split(":")[0]):
+        parse_latency(bad)
+
+
+def test_sweep_findings_compare_prefix_with_naive_async_by_interval():
+    rows = [
+        {"latency": "constant:0.4", "strategy": "prefix", "success_rate": 0.9, "ci95": [0.8, 0.95]},
+        {"latency": "constant:0.4", "strategy": "naive_async", "success_rate": 0.3, "ci95": [0.2, 0.45]},
+        {"latency": "constant:0", "strategy": "prefix", "success_rate": 0.5, "ci95": [0.3, 0.7]},
+        {"latency": "constant:0", "strategy": "naive_async", "success_rate": 0.6, "ci95": [0.4, 0.8]},
+    ]
+    out = findings(rows)
+    assert "better than" in out[0] and "within" in out[1]
