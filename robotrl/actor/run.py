@@ -130,11 +130,13 @@ def run_episodes(
         log.warning("policy.path is not set: running a policy with random weights")
     backend, horizon = make_backend(cfg, spec, online)
     latency = build_latency_model(cfg.actor.latency) if cfg.actor.virtual_time else None
-    observer = None
-    if cfg.actor.rerun_path:
+    recording = None  # the rerun recording actor.rerun_path asks for, when no observer is given
+    if observer is None and cfg.actor.rerun_path:
         from robotrl.viz.rerun import RerunObserver
 
-        observer = RerunObserver(cfg.actor.rerun_path, application_id=f"robotrl-{cfg.actor.actor_id}")
+        observer = recording = RerunObserver(
+            cfg.actor.rerun_path, application_id=f"robotrl-{cfg.actor.actor_id}"
+        )
     loop = build_loop(
         env,
         backend,
@@ -176,10 +178,10 @@ def run_episodes(
         signal.signal(signal.SIGINT, previous)
         backend.close()
         env.close()
-        if observer is not None:
-            observer.close()
+        if recording is not None:
+            recording.close()
             print(
-                f"rerun recording written to {observer.path} (open it with: rerun {observer.path})",
+                f"rerun recording written to {recording.path} (open it with: rerun {recording.path})",
                 file=sys.stderr,
             )
     summary = summarize(results, spec.control_hz, wall_clock=not cfg.actor.virtual_time)
