@@ -103,7 +103,8 @@ def table(rows: list[dict[str, Any]], title: str) -> Table:
         "starved",
         "delay",
     ):
-        out.add_column(col, justify="left" if col in ("latency", "strategy") else "right")
+        key = col in ("latency", "strategy")
+        out.add_column(col, justify="left" if key else "right", no_wrap=key)
     for r in rows:
         lo, hi = r["ci95"]
         tts = r["mean_time_to_success_s"]

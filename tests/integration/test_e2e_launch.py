@@ -29,6 +29,7 @@ TINY = [
     "launch.actors=2",
     "launch.status_every_s=0.5",
     "launch.restart_backoff_s=0.2",
+    "launch.learner_threads=1",  # no OpenMP oversubscription on a small shared CPU
 ]
 
 
@@ -80,34 +81,28 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_launch_runs_learner_and_two_actors_until_done_and_weights_reach_the_actors(tmp_path: Path):
-    proc = _launch(tmp_path, "actor.episodes=4", "learner.max_groups=0")
+def test_launch_runs_learner_and_two_actors_and_weights_reach_the_actors(tmp_path: Path):
+    # The learner's budget ends the run; the actors run until launch stops them (actors first).
+    proc = _launch(tmp_path, "actor.episodes=0", "learner.max_groups=10")
     out, _ = proc.communicate(timeout=500)
     assert proc.returncode == 0, out[-4000:]
+    assert "the learner finished its update groups" in out
     run = tmp_path / "run"
     for role in ("learner", "actor-0", "actor-1"):
         assert (run / "logs" / f"{role}.log").stat().st_size > 0
     summaries = [json.loads((run / f"actor_actor-{i}_summary.json").read_text()) for i in (0, 1)]
     progress = [json.loads((run / f"actor_actor-{i}_progress.json").read_text()) for i in (0, 1)]
-    assert [p["episodes"] for p in progress] == [4, 4]
-    # The actors ran chunks of weights the learner published (version 0 is the initial policy).
-    assert max(p["policy_version"] for p in progress) >= 1, out[-4000:]
+    assert all(p["episodes"] >= 1 for p in progress)
+    # Both actors executed chunks of weights the learner published (0 is the initial policy).
+    assert min(p["policy_version"] for p in progress) >= 1, out[-4000:]
     for s in summaries:
-        assert s["transport"]["flushed"] and s["transport"]["dropped"] == 0
-    metrics = [json.loads(x) for x in (run / "learner_metrics.jsonl").read_text().splitlines()]
-    # Every tick of both actors arrived (the learner was stopped after the actors flushed).
-    ticks = sum(s["ticks"] for s in summaries)
-    assert (run / "checkpoints" / "latest").exists()
-    counters = json.loads(
-        (run / "checkpoints" / (run / "checkpoints" / "latest").read_text() / "counters.json").read_text()
-    )
-    assert counters["transitions"] == ticks, (counters, ticks, metrics[-1:])
+        assert s["transport"]["dropped"] == 0  # what the stopped learner did not ack is spooled
+    latest = (run / "checkpoints" / "latest").read_text()
+    counters = json.loads((run / "checkpoints" / latest / "counters.json").read_text())
+    assert counters["groups"] == 10
+    assert 0 < counters["transitions"] <= sum(s["ticks"] for s in summaries)
     status = _status(run)
-    assert {r: status[r]["state"] for r in status} == {
-        "learner": "done",
-        "actor-0": "done",
-        "actor-1": "done",
-    }
+    assert {r: status[r]["state"] for r in status} == dict.fromkeys(("learner", "actor-0", "actor-1"), "done")
 
 
 @pytest.mark.slow
