@@ -72,21 +72,11 @@ def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], pat
                 label=f"{name}: eval (95% CI)",
             )
         metrics = learner_metrics(run_dir)
-        if metrics and "policy_loss" in metrics[0]:
-            ax_l.plot(
-                [m["group"] for m in metrics],
-                [m["policy_loss"] for m in metrics],
-                color=colours.get(name),
-                label=f"{name}: policy loss",
-            )
-        if metrics and "q_loss" in metrics[0]:
-            ax_l.plot(
-                [m["group"] for m in metrics],
-                [m["q_loss"] for m in metrics],
-                color=colours.get(name),
-                linestyle="--",
-                label=f"{name}: critic (Q) loss",
-            )
+        for key, style, label in (("policy_loss", "-", "policy loss"), ("q_loss", "--", "critic (Q) loss")):
+            points = [(m["group"], m[key]) for m in metrics if key in m]  # none during critic warm-up
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax_l.plot(xs, ys, color=colours.get(name), linestyle=style, label=f"{name}: {label}")
     if "pretrained" in evals:
         e = evals["pretrained"]
         lo, hi = e["ci95"]
@@ -98,7 +88,7 @@ def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], pat
         ylim=(-0.02, 1.02),
         title="success: online (rolling) and fixed-seed evaluation",
     )
-    ax_s.legend(fontsize=8, loc="lower right")
+    ax_s.legend(fontsize=8, loc="upper right")
     ax_l.set(xlabel="learner update group", ylabel="loss", title="learner losses")
     ax_l.set_yscale("log")
     ax_l.legend(fontsize=8)
