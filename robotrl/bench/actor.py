@@ -223,9 +223,11 @@ serve(PolicyServerConfig(host="127.0.0.1", port=int(sys.argv[1]), fps=int(sys.ar
 """
 
 
-def _lerobot_client(act_dir: str, port: int, seconds: float, out: Any) -> None:
+def _lerobot_client(act_dir: str, port: int, seconds: float, out: Any, workdir: str) -> None:
     """In a child process: lerobot's RobotClient driving the sim robot, its ticks timestamped."""
     import logging
+
+    os.chdir(workdir)  # lerobot writes its log files into the working directory
 
     from lerobot.async_inference.configs import RobotClientConfig
     from lerobot.async_inference.robot_client import RobotClient
@@ -266,20 +268,20 @@ def _lerobot_client(act_dir: str, port: int, seconds: float, out: Any) -> None:
     out.put({"ticks": ticks})
 
 
-def run_lerobot(act_dir: Path, seconds: float) -> dict[str, Any]:
+def run_lerobot(act_dir: Path, seconds: float, workdir: Path) -> dict[str, Any]:
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the same one inference thread our worker gets
     server = subprocess.Popen(
         [sys.executable, "-c", _SERVER, str(port), str(int(HZ)), str(MIN_INFER_S)],
         env=env,
+        cwd=workdir,  # lerobot writes its log files into the working directory
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
         ctx = mp.get_context("spawn")
         queue = ctx.Queue()
-        client = ctx.Process(target=_lerobot_client, args=(str(act_dir), port, seconds, queue))
-        time.sleep(0.0)
+        client = ctx.Process(target=_lerobot_client, args=(str(act_dir), port, seconds, queue, str(workdir)))
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # wait for the server's port
             with socket.socket() as s:
@@ -308,7 +310,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         workdir = Path(tmp)
         act_dir = build_act(workdir / "act")
         ours = run_ours(act_dir, seconds, workdir)
-        theirs = run_lerobot(act_dir, seconds)
+        theirs = run_lerobot(act_dir, seconds, workdir)
     rows = [
         ["ticks run", ours["ticks"], theirs.get("ticks", "-")],
         ["ticks lost (vs a 50 Hz clock)", ours["ticks_lost"], theirs.get("ticks_lost", "-")],
