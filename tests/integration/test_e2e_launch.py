@@ -12,10 +12,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 TINY = [
     "policy=flow_tiny",
@@ -59,16 +59,17 @@ def _status(run: Path) -> dict[str, dict]:
 
 
 def _wait_for(predicate, timeout_s: float, proc: subprocess.Popen[str], what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
+    def still_running() -> None:
         if proc.poll() is not None:
             pytest.fail(
                 f"launch exited ({proc.returncode}) while waiting for {what}:\n{proc.stdout.read()[-4000:]}"
             )
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"timed out waiting for {what}:\n{proc.communicate()[0][-4000:]}")
-        time.sleep(0.2)
+
+    try:
+        wait_until(predicate, timeout_s, what, period_s=0.2, on_wait=still_running)
+    except AssertionError:
+        proc.kill()
+        pytest.fail(f"timed out waiting for {what}:\n{proc.communicate()[0][-4000:]}")
 
 
 def _alive(pid: int) -> bool:

@@ -6,11 +6,11 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from robotrl.sim.record import record
+from waiting import wait_until
 
 from robotrl.config.load import load_config
 from robotrl.replay.main import main as replay
@@ -73,15 +73,16 @@ def test_to_learner_fills_the_anchor_buffer_with_every_recorded_frame(demos: Pat
         sent = json.loads((tmp_path / "replay_to_learner.json").read_text())
         assert sent["episodes"] == 2 and sent["frames"] == _frames(demos) and sent["delivered"]
         metrics = tmp_path / "learner" / "learner_metrics.jsonl"
-        deadline = time.monotonic() + 120
-        last: dict = {}
-        while time.monotonic() < deadline:
+
+        def latest() -> dict:
             lines = metrics.read_text().splitlines() if metrics.exists() else []
-            last = json.loads(lines[-1]) if lines else {}
-            if last.get("segments", 0) >= 2:
-                break
+            return json.loads(lines[-1]) if lines else {}
+
+        def learner_alive() -> None:
             assert learner.poll() is None, learner.communicate()[0][-3000:]
-            time.sleep(0.2)
+
+        wait_until(lambda: latest().get("segments", 0) >= 2, 120, "two anchor segments", 0.2, learner_alive)
+        last = latest()
         assert last.get("segments") == 2, last
         assert last["transitions"] == _frames(demos)
         # Each episode is one whole intervention segment in the anchor: every frame, nothing else.

@@ -22,16 +22,9 @@ from robotrl.wire.messages import transition_batch_to_message
 
 sys.path.insert(0, str(Path(__file__).parent))
 from transport_peers import HEARTBEAT_S, TIMEOUT_S, small_batch
+from waiting import wait_until as wait_for
 
 PEERS = str(Path(__file__).with_name("transport_peers.py"))
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,18 +17,10 @@ from robotrl.transport.weights import WeightPublisher, WeightSubscriber
 sys.path.insert(0, str(Path(__file__).parent))
 from doubles import LinearChunkPolicy
 from transport_peers import HEARTBEAT_S, TIMEOUT_S
+from waiting import wait_until as wait_for
 
 PEERS = str(Path(__file__).with_name("transport_peers.py"))
 LAYOUT = {"w": ((64, 64), np.dtype(np.float32)), "b": ((64,), np.dtype(np.float32))}
-
-
-def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> object:
-    deadline = time.monotonic() + timeout_s
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.02)
-    return value
 
 
 def start_publisher(out: Path, endpoint: str, versions: int) -> tuple[subprocess.Popen[bytes], str]:

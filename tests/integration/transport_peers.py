@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -94,8 +95,7 @@ def publisher(endpoint: str, out_path: str, versions: str) -> None:
     for v in range(int(versions)):
         pub.publish({"w": np.full((64, 64), v, np.float32), "b": np.zeros(64, np.float32)})
     write_endpoint(Path(out_path), pub.endpoint)
-    while True:
-        time.sleep(1.0)
+    threading.Event().wait()  # serve until the test kills this process
 
 
 if __name__ == "__main__":

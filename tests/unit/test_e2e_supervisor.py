@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from robotrl.launch.supervisor import RoleSpec, State, Supervisor
 
@@ -18,11 +18,7 @@ def _python(code: str) -> list[str]:
 
 
 def _poll_until(sup: Supervisor, predicate, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out; states {sup.states()}"
-        sup.poll()
-        time.sleep(0.02)
+    wait_until(predicate, timeout_s, "the supervised roles to reach the expected state", on_wait=sup.poll)
 
 
 def _alive(pid: int) -> bool:
