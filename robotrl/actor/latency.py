@@ -29,18 +29,18 @@ class DelayEstimator:
             raise ValueError(f"quantile must be in (0, 1), got {quantile}")
         self._delays: deque[int] = deque(maxlen=window)
         self._quantile = quantile
-        self._initial = initial_ticks
+        self._expected = initial_ticks
 
     def record(self, delay_ticks: int) -> None:
+        """Add a measurement; the quantile is computed here, once per chunk, not per tick."""
         self._delays.append(delay_ticks)
+        ordered = sorted(self._delays)
+        rank = math.ceil(self._quantile * len(ordered)) - 1
+        self._expected = ordered[max(rank, 0)]
 
     def expected(self) -> int:
         """The delay to plan for: the quantile of the window (nearest rank), or the initial guess."""
-        if not self._delays:
-            return self._initial
-        ordered = sorted(self._delays)
-        rank = math.ceil(self._quantile * len(ordered)) - 1
-        return ordered[max(rank, 0)]
+        return self._expected
 
     def __len__(self) -> int:
         return len(self._delays)
