@@ -136,7 +136,9 @@ class TickPolicy:
     def trainable_tensors(self) -> Mapping[str, npt.NDArray[np.generic]]:
         return {"bias": self.bias}
 
-    def load_weights(self, tensors: Mapping[str, npt.NDArray[np.generic]]) -> None:
+    def load_weights(
+        self, tensors: Mapping[str, npt.NDArray[np.generic]], *, zero_copy: bool = False
+    ) -> None:
         bias = tensors["bias"]
         if bias.shape != (1,):
             raise ValueError(f"bias has shape {bias.shape}, expected (1,)")
@@ -146,6 +148,32 @@ class TickPolicy:
 def make_tick_policy(**kwargs: Any) -> TickPolicy:
     """Factory the worker process imports by name ("doubles:make_tick_policy")."""
     return TickPolicy(**kwargs)
+
+
+class DelayedBiasUpdate:
+    """A WeightSource whose one update (a TickPolicy bias) arrives ``after_s`` after it starts."""
+
+    def __init__(self, version: int, bias: float, after_s: float) -> None:
+        from robotrl.core.types import WeightUpdate
+
+        self._due = time.monotonic() + after_s
+        self._update: Any = WeightUpdate.build(
+            version, {"bias": np.array([bias], np.float32)}, subset="trainable"
+        )
+
+    def latest(self) -> Any:
+        if self._update is None or time.monotonic() < self._due:
+            return None
+        update, self._update = self._update, None
+        return update
+
+    def close(self) -> None:
+        pass
+
+
+def make_delayed_bias_update(**kwargs: Any) -> DelayedBiasUpdate:
+    """Factory the worker process imports by name ("doubles:make_delayed_bias_update")."""
+    return DelayedBiasUpdate(**kwargs)
 
 
 class ConstantLatency:
@@ -209,8 +237,9 @@ class LinearChunkPolicy:
 
         return module_tensors(self.net)
 
-    def load_weights(self, tensors: Mapping[str, npt.NDArray[np.generic]]) -> None:
-        from robotrl.core.types import WeightUpdate
-        from robotrl.transport.hotswap import install
+    def load_weights(
+        self, tensors: Mapping[str, npt.NDArray[np.generic]], *, zero_copy: bool = False
+    ) -> None:
+        from robotrl.transport.hotswap import load_parameters
 
-        install(self.net, WeightUpdate.build(0, tensors))
+        load_parameters(self.net, tensors, zero_copy=zero_copy)

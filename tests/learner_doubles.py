@@ -66,7 +66,7 @@ class MLPChunkPolicy(nn.Module):
     def trainable_tensors(self) -> dict[str, np.ndarray]:
         return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
 
-    def load_weights(self, tensors: Mapping[str, np.ndarray]) -> None:
+    def load_weights(self, tensors: Mapping[str, np.ndarray], *, zero_copy: bool = False) -> None:
         own = self.state_dict()
         if set(tensors) != set(own):
             raise ValueError("weight names differ")

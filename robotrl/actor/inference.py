@@ -57,13 +57,21 @@ class InProcessInference:
         self._weights = weights
         self._replies: deque[InferenceReply] = deque()
 
-    def submit(self, request: InferenceRequest) -> None:
+    def _stage_arrived(self) -> None:
         if self._weights is not None:
             update = self._weights.latest()
             if update is not None:
                 self.slots.stage(update)
+
+    def submit(self, request: InferenceRequest) -> None:
+        self._stage_arrived()
         self.slots.swap_if_staged()
         self._replies.append(run_inference(self.slots, request))
+
+    def newest_version(self) -> int:
+        """Stages an update that has arrived (in this process loading happens when asked)."""
+        self._stage_arrived()
+        return self.slots.newest_version
 
     def poll(self) -> InferenceReply | None:
         return self._replies.popleft() if self._replies else None

@@ -39,6 +39,8 @@ class LoopSettings:
     strategy: Strategy
     margin_ticks: int = 1
     """Ask for the next chunk when planned actions left <= expected delay + margin."""
+    refresh_on_new_weights: bool = True
+    """Async strategies: ask for a chunk as soon as the backend holds newer weights."""
     max_prefix: int = 12
     """Longest committed prefix given to the policy (the delays it was trained with)."""
     max_inference_errors: int = 3
@@ -62,6 +64,8 @@ class EpisodeResult:
     starved_ticks: int = 0
     missed_deadlines: int = 0
     chunks_merged: int = 0
+    weight_refreshes: int = 0
+    """Chunks asked for early because newer weights were loaded."""
     chunks_refused: Counter[str] = field(default_factory=Counter)
     inference_errors: int = 0
     prefix_overruns: int = 0
@@ -108,6 +112,7 @@ class ControlLoop:
         self._next_request_id = 0
         self._consecutive_errors = 0
         self._pending_prefix = 0  # committed prefix length of the request in flight
+        self._running_version = -1  # policy version of the newest chunk merged
         self._episode_id = -1
         self._stop = threading.Event()
 
@@ -166,18 +171,27 @@ class ControlLoop:
         if self.observer is not None:
             self.observer.on_chunk(self._episode_id, chunk)
         result.chunks_merged += 1
+        self._running_version = reply.policy_version
         result.delays.append(delay)
         result.policy_versions.append(reply.policy_version)
         if self.settings.strategy is Strategy.prefix and delay > self._pending_prefix:
             result.prefix_overruns += 1  # ran past the committed prefix: a small seam at the switch
 
-    def _wants_chunk(self, tick: int) -> bool:
+    def _wants_chunk(self, tick: int, result: EpisodeResult) -> bool:
         if self.scheduler.in_flight:
             return False
         left = self.queue.remaining(tick)
         if self.settings.strategy is Strategy.sync:
             return left == 0
-        return left <= self.estimator.expected() + self.settings.margin_ticks
+        if left <= self.estimator.expected() + self.settings.margin_ticks:
+            return True
+        if (
+            self.settings.refresh_on_new_weights
+            and self.scheduler.backend.newest_version() > self._running_version
+        ):
+            result.weight_refreshes += 1  # newer weights are loaded: use them now, not after this plan
+            return True
+        return False
 
     def _failure(self) -> str | None:
         if self._consecutive_errors >= self.settings.max_inference_errors:
@@ -238,7 +252,7 @@ class ControlLoop:
                 log.error("actor stops, arm holds: %s", result.failure)
                 self.env.step(hold)
                 break
-            if self._wants_chunk(tick):
+            if self._wants_chunk(tick, result):
                 self._request(obs, episode_id)
 
             planned = self.queue.pop(tick)

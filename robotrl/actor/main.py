@@ -51,6 +51,7 @@ def build_loop(
     settings = LoopSettings(
         strategy=cfg.strategy,
         margin_ticks=cfg.margin_ticks,
+        refresh_on_new_weights=cfg.refresh_on_new_weights,
         max_prefix=max_prefix,
         max_inference_errors=cfg.max_inference_errors,
         seed=cfg.seed,

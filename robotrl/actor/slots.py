@@ -2,9 +2,10 @@
 
 Loading 50M parameters takes tens of milliseconds; doing it in the active policy would
 either stall inference or tear it (half old, half new weights). Here an update is
-checked against the policy's tensor layout (names, shapes, dtypes), copied into the
-spare, and the two slots swap only when :meth:`PolicySlots.swap_if_staged` is called
-between two inferences. Every chunk is then produced by exactly one version.
+checked against the policy's tensor layout (names, shapes, dtypes), loaded into the
+spare without holding the lock the inference side takes, and the two slots swap only
+when :meth:`PolicySlots.swap_if_staged` is called between two inferences. Every chunk
+is then produced by exactly one version, and an inference never waits for a load.
 
 Digest and finiteness are the weight source's job (a ``WeightSource`` yields only
 verified updates), so they are not paid for twice.
@@ -23,13 +24,23 @@ log = logging.getLogger(__name__)
 
 
 class PolicySlots:
-    """An active and a spare copy of one policy, and the version each holds."""
+    """An active and a spare copy of one policy, and the version each holds.
 
-    def __init__(self, active: ChunkPolicy, spare: ChunkPolicy, version: int = 0) -> None:
+    ``zero_copy`` lets the spare keep the update's own (verified, read-only) arrays as
+    its weights instead of copying them: right for a worker whose updates nobody else
+    holds, wrong where the caller will reuse the arrays.
+    """
+
+    def __init__(
+        self, active: ChunkPolicy, spare: ChunkPolicy, version: int = 0, *, zero_copy: bool = False
+    ) -> None:
         self._active, self._spare = active, spare
         self._active_version = version
-        self._staged_version: int | None = None
-        self._lock = threading.Lock()
+        self._staged_version: int | None = None  # the spare holds it, complete
+        self._loading_version: int | None = None  # being written into the spare
+        self._zero_copy = zero_copy
+        self._lock = threading.Lock()  # guards the slots and versions; never held during a load
+        self._load_lock = threading.Lock()  # one load at a time into the one spare
         self.refused: Counter[str] = Counter()
         self.swaps = 0
 
@@ -40,6 +51,12 @@ class PolicySlots:
     @property
     def version(self) -> int:
         return self._active_version
+
+    @property
+    def newest_version(self) -> int:
+        """The newest complete version held: the staged one when there is one, else the active."""
+        with self._lock:
+            return self._active_version if self._staged_version is None else self._staged_version
 
     def _layout_problem(self, update: WeightUpdate) -> str | None:
         expected = self._spare.trainable_tensors()
@@ -58,28 +75,37 @@ class PolicySlots:
         return None
 
     def stage(self, update: WeightUpdate) -> bool:
-        """Load ``update`` into the spare slot; False (old weights kept, reason counted) if refused."""
-        with self._lock:
-            newest = max(self._active_version, self._staged_version or -1)
-            if update.version <= newest:
-                self.refused["stale_version"] += 1
-                return False
-            problem = self._layout_problem(update)
-            if problem is not None:
-                self.refused["layout"] += 1
-                log.warning("weights v%d refused: %s", update.version, problem)
-                return False
+        """Load ``update`` into the spare slot; False (old weights kept, reason counted) if refused.
+
+        The spare holds nothing swappable while it is written, so a swap between two
+        inferences never sees half an update; it simply finds nothing staged and goes on.
+        """
+        with self._load_lock:
+            with self._lock:
+                newest = max(self._active_version, self._staged_version or -1)
+                if update.version <= newest:
+                    self.refused["stale_version"] += 1
+                    return False
+                problem = self._layout_problem(update)
+                if problem is not None:
+                    self.refused["layout"] += 1
+                    log.warning("weights v%d refused: %s", update.version, problem)
+                    return False
+                self._staged_version, self._loading_version = None, update.version
             try:
-                self._spare.load_weights(update.tensors)
+                self._spare.load_weights(update.tensors, zero_copy=self._zero_copy)
             except Exception as exc:  # whatever the policy refuses with: old weights kept, loader lives on
-                self.refused["load_error"] += 1
+                with self._lock:
+                    self._loading_version = None
+                    self.refused["load_error"] += 1
                 log.warning("weights v%d refused by the policy: %s", update.version, exc)
                 return False
-            self._staged_version = update.version
+            with self._lock:
+                self._staged_version, self._loading_version = update.version, None
             return True
 
     def swap_if_staged(self) -> bool:
-        """Between two inferences: make the staged weights active. True if a swap happened."""
+        """Between two inferences: make the staged weights active (True if so); never waits for a load."""
         with self._lock:
             if self._staged_version is None:
                 return False

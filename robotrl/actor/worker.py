@@ -4,7 +4,9 @@ The control loop must not share a GIL (or a garbage collector) with torch, so th
 policy lives here. Observations arrive and chunks leave over a ZeroMQ PAIR socket on
 an ipc:// endpoint, in the wire codec's frames (no pickle); the loop's side never
 blocks. The worker holds two weight slots: a loader thread stages new weights into the
-spare while the active one infers, and the slots swap between two inferences.
+spare while the active one infers, and the slots swap between two inferences. Each
+staged version is announced at once, so the loop can ask for a chunk of the new
+weights instead of running out its old plan first.
 
 The worker is started as ``python -m robotrl.actor.worker --endpoint E --spec JSON``;
 the spec names the policy factory (``module:function`` plus JSON keyword arguments)
@@ -44,7 +46,8 @@ from robotrl.wire.codec import Message, WireError, decode, encode
 
 log = logging.getLogger(__name__)
 
-INFER, CHUNK, READY, STOP = "infer", "chunk", "ready", "stop"
+INFER, CHUNK, READY, STAGED, STOP = "infer", "chunk", "ready", "staged", "stop"
+_STAGED_INPROC = "inproc://staged"
 _IMG = "img/"
 
 
@@ -140,11 +143,22 @@ def _die_with_parent() -> None:
         pass
 
 
-def _load_weights_forever(slots: PolicySlots, source: WeightSource, stop: threading.Event) -> None:
-    while not stop.wait(0.002):
-        update = source.latest()
-        if update is not None and slots.stage(update):
-            log.info("weights v%d staged", update.version)
+def _load_weights_forever(
+    slots: PolicySlots, source: WeightSource, stop: threading.Event, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    """Stage every verified update into the spare slot and tell the serving thread (which owns
+    the actor's socket) over an inproc pipe."""
+    announce = ctx.socket(zmq.PAIR)
+    announce.setsockopt(zmq.LINGER, 0)
+    announce.connect(_STAGED_INPROC)
+    try:
+        while not stop.wait(0.002):
+            update = source.latest()
+            if update is not None and slots.stage(update):
+                log.info("weights v%d staged", update.version)
+                announce.send(str(update.version).encode())
+    finally:
+        announce.close()
 
 
 def serve(endpoint: str, spec: WorkerSpec) -> None:
@@ -159,17 +173,23 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
     active: ChunkPolicy = factory(**spec.policy_kwargs)
     seed_everything(0)
     spare: ChunkPolicy = factory(**spec.policy_kwargs)
-    slots = PolicySlots(active, spare, spec.initial_version)
+    slots = PolicySlots(active, spare, spec.initial_version, zero_copy=True)  # updates are the loader's own
     stop = threading.Event()
-    source: WeightSource | None = None
-    if spec.weights_factory is not None:
-        source = _import(spec.weights_factory)(**spec.weights_kwargs)
-        threading.Thread(target=_load_weights_forever, args=(slots, source, stop), daemon=True).start()
-
-    ctx = zmq.Context()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     sock = ctx.socket(zmq.PAIR)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(endpoint)
+    staged = ctx.socket(zmq.PAIR)
+    staged.setsockopt(zmq.LINGER, 0)
+    staged.bind(_STAGED_INPROC)
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    poller.register(staged, zmq.POLLIN)
+    source: WeightSource | None = None
+    if spec.weights_factory is not None:
+        source = _import(spec.weights_factory)(**spec.weights_kwargs)
+        loader = threading.Thread(target=_load_weights_forever, args=(slots, source, stop, ctx), daemon=True)
+        loader.start()
     parent = os.getppid()
     ready = {
         "horizon": active.horizon,
@@ -180,7 +200,11 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
     sock.send_multipart(encode(Message(READY, "worker", 0, meta=ready)))
     try:
         while os.getppid() == parent:
-            if not sock.poll(200):
+            events = dict(poller.poll(200))
+            if staged in events:
+                version = int(staged.recv())
+                sock.send_multipart(encode(Message(STAGED, "worker", version)))
+            if sock not in events:
                 continue
             try:
                 msg = decode(sock.recv_multipart(copy=False))
@@ -199,7 +223,9 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
     finally:
         stop.set()
         if source is not None:
+            loader.join(timeout=2.0)
             source.close()
+        staged.close()
         sock.close()
         ctx.term()
 
@@ -239,6 +265,7 @@ class ProcessInference:
         ]
         self.process = subprocess.Popen(cmd)  # inherits stdout/stderr: its logs sit beside ours
         self.bad_replies = 0
+        self._newest_version = spec.initial_version
         self.info = self._await_ready(startup_timeout_s)
 
     def _await_ready(self, timeout_s: float) -> dict[str, Any]:
@@ -260,16 +287,27 @@ class ProcessInference:
         self._sock.send_multipart(encode(request_to_message(request)), flags=zmq.NOBLOCK)
 
     def poll(self) -> InferenceReply | None:
-        try:
-            frames = self._sock.recv_multipart(flags=zmq.NOBLOCK)
-        except zmq.Again:
-            return None
-        try:
-            return message_to_reply(decode(frames, require_finite=False))
-        except (WireError, KeyError, TypeError, ValueError) as exc:
-            self.bad_replies += 1
-            log.warning("unreadable reply from the inference worker: %s", exc)
-            return None
+        while True:  # announcements of staged weights come between the replies
+            try:
+                frames = self._sock.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return None
+            try:
+                msg = decode(frames, require_finite=False)
+                if msg.kind == STAGED:
+                    self._newest_version = max(self._newest_version, msg.seq)
+                    continue
+                reply = message_to_reply(msg)
+            except (WireError, KeyError, TypeError, ValueError) as exc:
+                self.bad_replies += 1
+                log.warning("unreadable reply from the inference worker: %s", exc)
+                return None
+            self._newest_version = max(self._newest_version, reply.policy_version)
+            return reply
+
+    def newest_version(self) -> int:
+        """The newest weights the worker holds (staged or active), as of the last :meth:`poll`."""
+        return self._newest_version
 
     def wait(self, timeout_s: float) -> InferenceReply | None:
         deadline = time.monotonic() + timeout_s

@@ -111,8 +111,10 @@ class PaddedPolicy:
         tensors: Mapping[str, npt.NDArray[np.generic]] = self.inner.trainable_tensors()
         return tensors
 
-    def load_weights(self, tensors: Mapping[str, npt.NDArray[np.generic]]) -> None:
-        self.inner.load_weights(tensors)
+    def load_weights(
+        self, tensors: Mapping[str, npt.NDArray[np.generic]], *, zero_copy: bool = False
+    ) -> None:
+        self.inner.load_weights(tensors, zero_copy=zero_copy)
 
 
 def padded_act(path: str, min_infer_s: float) -> PaddedPolicy:

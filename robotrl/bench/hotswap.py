@@ -45,7 +45,7 @@ import torch
 from robotrl.bench.report import report
 from robotrl.core.types import FloatArray, Observation
 from robotrl.transport.background import lower_priority
-from robotrl.transport.hotswap import expected_layout, module_tensors
+from robotrl.transport.hotswap import expected_layout, load_parameters, module_tensors
 from robotrl.transport.weights import WeightPublisher, WeightSubscriber
 
 WIDTH = 2048
@@ -118,14 +118,8 @@ class StackPolicy(torch.nn.Module):
     def trainable_tensors(self) -> dict[str, npt.NDArray[Any]]:
         return module_tensors(self.net)
 
-    def load_weights(self, tensors: Mapping[str, npt.NDArray[Any]]) -> None:
-        params = dict(self.net.named_parameters())
-        for name, value in tensors.items():
-            if name not in params or tuple(params[name].shape) != value.shape:
-                raise ValueError(f"tensor {name!r} does not fit this policy")
-        with torch.no_grad():
-            for name, value in tensors.items():
-                params[name].copy_(torch.from_numpy(np.asarray(value)))
+    def load_weights(self, tensors: Mapping[str, npt.NDArray[Any]], *, zero_copy: bool = False) -> None:
+        load_parameters(self.net, tensors, zero_copy=zero_copy, owner="the stack")
 
 
 def stack_policy() -> StackPolicy:

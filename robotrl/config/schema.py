@@ -123,6 +123,9 @@ class ActorConfig:
     """Quantile of recent delays used as the expected delay."""
     margin_ticks: int = 1
     """Start the next inference when actions left <= expected delay + margin."""
+    refresh_on_new_weights: bool = True
+    """Async strategies: ask for a chunk as soon as newer weights are loaded, instead of running
+    out the current plan first (new weights act within one inference of arriving)."""
     blend_decay: float = 0.5
     """blend: weight of the old chunk decays by this factor per overlapping tick."""
     episodes: int = 10

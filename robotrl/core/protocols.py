@@ -97,8 +97,15 @@ class ChunkPolicy(Protocol):
         """The tensors a learner trains and ships (for a VLA, e.g. its action head)."""
         ...
 
-    def load_weights(self, tensors: Mapping[str, npt.NDArray[np.generic]]) -> None:
-        """Copy ``tensors`` into the policy in place; raise on a name, shape or dtype mismatch."""
+    def load_weights(
+        self, tensors: Mapping[str, npt.NDArray[np.generic]], *, zero_copy: bool = False
+    ) -> None:
+        """Copy ``tensors`` into the policy in place; raise on a name, shape or dtype mismatch.
+
+        ``zero_copy``: the policy may use the arrays themselves as its weights (read, never
+        written) instead of copying them; for updates nobody else holds, such as a verified
+        update in an actor's spare slot. Weights on a GPU are copied regardless.
+        """
         ...
 
 
@@ -131,6 +138,11 @@ class InferenceBackend(Protocol):
 
     def failure(self) -> str | None:
         """Why the backend can no longer serve (crashed, error budget spent), or None."""
+        ...
+
+    def newest_version(self) -> int:
+        """The newest policy version the backend can infer with (loaded, active or staged);
+        above the version the loop is running, a fresh chunk would use newer weights."""
         ...
 
     def close(self) -> None: ...

@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import warnings
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ from robotrl.policy.checkpoint import (
     spec_from_dict,
     write_meta,
 )
+from robotrl.transport.hotswap import load_parameters
 
 ARCHITECTURE = "robotrl.flow"
 WEIGHTS_FILE = "model.safetensors"
@@ -399,25 +399,11 @@ class FlowChunkPolicy(nn.Module):
         """Every parameter as a CPU numpy copy (a snapshot: later training does not change it)."""
         return {name: p.detach().to("cpu", copy=True).numpy() for name, p in self.named_parameters()}
 
-    def load_weights(self, tensors: Mapping[str, npt.NDArray[np.generic]]) -> None:
-        """Copy ``tensors`` (all parameters or a subset) in place; check everything before copying."""
-        params = dict(self.named_parameters())
-        for name, arr in tensors.items():
-            if name not in params:
-                raise KeyError(
-                    f"load_weights: {name!r} is not a parameter of this {self.cfg.size.value} flow policy"
-                )
-            p = params[name]
-            if tuple(arr.shape) != tuple(p.shape):
-                raise ValueError(
-                    f"load_weights: {name!r} has shape {tuple(arr.shape)}, expected {tuple(p.shape)}"
-                )
-            if arr.dtype != np.float32:
-                raise ValueError(f"load_weights: {name!r} has dtype {arr.dtype}, expected float32")
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # read-only buffers: we only read from them
-            for name, arr in tensors.items():
-                params[name].copy_(torch.from_numpy(np.asarray(arr)))
+    def load_weights(
+        self, tensors: Mapping[str, npt.NDArray[np.generic]], *, zero_copy: bool = False
+    ) -> None:
+        """Load ``tensors`` (all parameters or a subset); everything is checked before anything changes."""
+        load_parameters(self, tensors, zero_copy=zero_copy, owner=f"this {self.cfg.size.value} flow policy")
 
     def save(self, path: str | Path) -> None:
         """Write a checkpoint directory: config JSON, weights and normalisation (safetensors)."""

@@ -28,7 +28,6 @@ to loading. robotrl/policy/README.md lists what is tested offline.
 from __future__ import annotations
 
 import inspect
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,7 @@ from robotrl.core.types import (
     Observation,
 )
 from robotrl.policy.checkpoint import META_FILE, CheckpointError, expect_architecture, read_meta, write_meta
+from robotrl.transport.hotswap import load_parameters
 
 ARCHITECTURE = "robotrl.lerobot"
 LEROBOT_CONFIG = "config.json"
@@ -328,23 +328,11 @@ class LerobotChunkPolicy(nn.Module):
             if p.requires_grad
         }
 
-    def load_weights(self, tensors: Mapping[str, npt.NDArray[np.generic]]) -> None:
-        """Copy ``tensors`` into the lerobot policy in place; checks all before copying any."""
-        params = dict(self.policy.named_parameters())
-        for name, arr in tensors.items():
-            if name not in params:
-                raise KeyError(f"load_weights: {name!r} is not a parameter of this {self.config.type} policy")
-            if tuple(arr.shape) != tuple(params[name].shape):
-                raise ValueError(
-                    f"load_weights: {name!r} has shape {tuple(arr.shape)}, "
-                    f"expected {tuple(params[name].shape)}"
-                )
-            if arr.dtype != np.float32:
-                raise ValueError(f"load_weights: {name!r} has dtype {arr.dtype}, expected float32")
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            for name, arr in tensors.items():
-                params[name].copy_(torch.from_numpy(np.asarray(arr)))
+    def load_weights(
+        self, tensors: Mapping[str, npt.NDArray[np.generic]], *, zero_copy: bool = False
+    ) -> None:
+        """Load ``tensors`` into the lerobot policy; everything is checked before anything changes."""
+        load_parameters(self.policy, tensors, zero_copy=zero_copy, owner=f"this {self.config.type} policy")
 
 
 def blend_into_prefix(chunk: FloatArray, prefix: FloatArray, ticks: int = BLEND_TICKS) -> None:

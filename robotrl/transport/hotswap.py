@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -44,27 +45,47 @@ def expected_layout(module: torch.nn.Module) -> Layout:
     }
 
 
-def install(module: torch.nn.Module, update: WeightUpdate, *, zero_copy: bool = False) -> None:
-    """Put ``update`` into ``module``; raise WeightRefused on a name or shape mismatch.
+def load_parameters(
+    module: torch.nn.Module,
+    tensors: Mapping[str, npt.NDArray[Any]],
+    *,
+    zero_copy: bool = False,
+    owner: str = "the module",
+) -> None:
+    """Put ``tensors`` into ``module``'s state; every name, shape and dtype is checked first.
 
-    ``zero_copy`` makes a CPU module's tensors views of the update's arrays (for a
-    verified update nobody will write to: the wire buffers stay alive as long as the
-    module uses them) instead of copying 200 MB into the old ones; tensors on a GPU
-    are always copied in place.
+    Raises KeyError (unknown name) or ValueError (shape, dtype) before anything changes.
+    ``zero_copy`` makes a CPU module's tensors views of the arrays (for a verified update
+    nobody will write to: the wire buffers stay alive as long as the module uses them)
+    instead of copying 200 MB into the old ones; tensors on a GPU are always copied.
     """
     state = module.state_dict()
-    for name, arr in update.tensors.items():
+    for name, arr in tensors.items():
         target = state.get(name)
         if target is None:
-            raise WeightRefused("names", f"module has no tensor {name!r}")
+            raise KeyError(f"{owner} has no tensor {name!r}")
         if tuple(target.shape) != tuple(arr.shape):
-            raise WeightRefused("shape", f"{name!r} is {tuple(arr.shape)}, module has {tuple(target.shape)}")
+            raise ValueError(f"{name!r} has shape {tuple(arr.shape)}, {owner} has {tuple(target.shape)}")
+        want = np.dtype(str(target.dtype).removeprefix("torch."))
+        if arr.dtype != want:
+            raise ValueError(f"{name!r} has dtype {arr.dtype}, {owner} has {want}")
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # from_numpy of a read-only wire view: only read
-        tensors = {name: torch.from_numpy(np.asarray(arr)) for name, arr in update.tensors.items()}
-        on_cpu = {n: t for n, t in tensors.items() if zero_copy and state[n].device.type == "cpu"}
-        if on_cpu:
-            module.load_state_dict(on_cpu, strict=False, assign=True)
-        for name, tensor in tensors.items():
-            if name not in on_cpu:  # a module on a GPU: one host-to-device copy
+        as_torch = {name: torch.from_numpy(np.asarray(arr)) for name, arr in tensors.items()}
+        shared = {n: t for n, t in as_torch.items() if zero_copy and state[n].device.type == "cpu"}
+        if shared:
+            module.load_state_dict(shared, strict=False, assign=True)
+        for name, tensor in as_torch.items():
+            if name not in shared:  # in place; on a GPU, one host-to-device copy
                 state[name].copy_(tensor)
+
+
+def install(module: torch.nn.Module, update: WeightUpdate, *, zero_copy: bool = False) -> None:
+    """Put a verified ``update`` into ``module`` (see :func:`load_parameters`); a mismatch
+    raises :class:`WeightRefused` with its countable reason."""
+    try:
+        load_parameters(module, update.tensors, zero_copy=zero_copy)
+    except KeyError as exc:
+        raise WeightRefused("names", str(exc.args[0])) from exc
+    except ValueError as exc:
+        raise WeightRefused("dtype" if "dtype" in str(exc) else "shape", str(exc)) from exc

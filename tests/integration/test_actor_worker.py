@@ -47,6 +47,29 @@ def test_wall_clock_episode_with_a_worker_process_keeps_every_tick_fed():
 
 
 @pytest.mark.timeout(120)
+def test_weights_staged_in_the_worker_are_announced_and_used_before_the_plan_runs_out():
+    horizon = 200  # one chunk would last the whole episode: only a refresh brings the new weights
+    spec = WorkerSpec(
+        "doubles:make_tick_policy",
+        {"horizon": horizon, "infer_s": 0.02},
+        weights_factory="doubles:make_delayed_bias_update",
+        weights_kwargs={"version": 7, "bias": 0.5, "after_s": 1.0},
+        pythonpath=[TESTS],
+    )
+    backend = ProcessInference(spec, startup_timeout_s=60)
+    try:
+        env = LineEnv(max_ticks=150, hz=50.0)
+        cfg = ActorConfig(strategy=Strategy.prefix, virtual_time=False)
+        result = build_loop(env, backend, cfg, horizon, latency=None).run_episode(0, seed=0)
+    finally:
+        backend.close()
+    assert result.failure is None and result.weight_refreshes == 1
+    assert result.policy_versions[0] == 0 and result.policy_versions[-1] == 7
+    assert backend.newest_version() == 7
+    assert float(env.executed[-1][0]) % 1 == 0.5  # the last ticks ran the new weights' actions
+
+
+@pytest.mark.timeout(120)
 def test_crashed_worker_is_detected_and_the_arm_holds():
     backend = worker(crash_calls=[3])
     try:

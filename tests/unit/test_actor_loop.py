@@ -23,13 +23,16 @@ def make(
     env: LineEnv | None = None,
     sink=None,
     weights=None,
+    horizon: int = H,
     **cfg_kw,
 ):
     env = env or LineEnv(max_ticks=40)
-    policy = policy or TickPolicy(horizon=H)
-    slots = PolicySlots(policy, spare or TickPolicy(horizon=H))
+    policy = policy or TickPolicy(horizon=horizon)
+    slots = PolicySlots(policy, spare or TickPolicy(horizon=horizon))
     cfg = ActorConfig(strategy=strategy, virtual_time=True, **cfg_kw)
-    loop = build_loop(env, InProcessInference(slots, weights), cfg, H, latency, sink=sink, max_prefix=H - 1)
+    loop = build_loop(
+        env, InProcessInference(slots, weights), cfg, horizon, latency, sink=sink, max_prefix=horizon - 1
+    )
     return loop, env, policy
 
 
@@ -138,6 +141,49 @@ def test_weights_swap_between_inferences_and_stamp_the_version():
     versions = [t.policy_version for t in transitions]
     assert versions[0] == 5  # installed before the first inference
     assert all(float(t.action[0]) % 1 == 0.25 for t in transitions)
+
+
+class UpdateFromTick:
+    """A weight source whose one update arrives once the env has reached ``tick`` (mid-episode)."""
+
+    def __init__(self, env: LineEnv, tick: int) -> None:
+        self.env, self.tick = env, tick
+        self.update: WeightUpdate | None = WeightUpdate.build(
+            5, {"bias": np.array([0.25], np.float32)}, subset="trainable"
+        )
+
+    def latest(self):
+        if self.env.tick < self.tick or self.update is None:
+            return None
+        update, self.update = self.update, None
+        return update
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("refresh", [True, False])
+def test_newer_weights_are_used_at_once_when_refresh_is_on(refresh):
+    transitions: list[Transition] = []
+    env = LineEnv(max_ticks=60)
+    loop, _env, _ = make(
+        Strategy.prefix,
+        ConstantLatency(0.1),  # 3 ticks; a chunk of 32 lasts 28 ticks before the next request
+        env=env,
+        horizon=32,
+        sink=transitions.extend,
+        weights=UpdateFromTick(env, tick=10),
+        refresh_on_new_weights=refresh,
+    )
+    result = loop.run_episode(0, seed=0)
+    first_new = next(t.tick for t in transitions if t.policy_version == 5)
+    if refresh:  # asked for at the next tick, executed one inference (3 ticks) later
+        assert result.weight_refreshes == 1 and first_new <= 10 + 1 + 3
+    else:  # only at the next regular request, when the first plan runs low
+        assert result.weight_refreshes == 0 and first_new >= 28
+    assert result.starved_ticks == 0 and result.prefix_overruns == 0
+    versions = [t.policy_version for t in transitions]
+    assert versions == sorted(versions)  # never back to old weights
 
 
 def test_transitions_carry_every_stamp():

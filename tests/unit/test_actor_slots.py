@@ -1,0 +1,98 @@
+"""The two weight slots: a load never blocks an inference, a swap never sees half an update."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import torch
+from doubles import LinearChunkPolicy, TickPolicy
+
+from robotrl.actor.slots import PolicySlots
+from robotrl.core.types import WeightUpdate
+
+
+class GatedLoadPolicy(TickPolicy):
+    """A policy whose weight load holds until the test opens the gate (a 200 MB copy, slowed down)."""
+
+    def __init__(self) -> None:
+        super().__init__(horizon=4)
+        self.loading = threading.Event()
+        self.gate = threading.Event()
+
+    def load_weights(self, tensors, *, zero_copy=False):
+        self.loading.set()
+        assert self.gate.wait(10)
+        super().load_weights(tensors, zero_copy=zero_copy)
+
+
+def bias_update(version: int, value: float) -> WeightUpdate:
+    return WeightUpdate.build(version, {"bias": np.array([value], np.float32)}, subset="trainable")
+
+
+def test_a_swap_during_a_load_does_not_wait_and_finds_nothing_to_swap():
+    spare = GatedLoadPolicy()
+    slots = PolicySlots(TickPolicy(horizon=4), spare, version=1)
+    loader = threading.Thread(target=slots.stage, args=(bias_update(2, 0.5),))
+    loader.start()
+    assert spare.loading.wait(10)
+    assert slots.swap_if_staged() is False  # returns at once although the load is under way
+    assert slots.version == 1 and slots.newest_version == 1
+    spare.gate.set()
+    loader.join(10)
+    assert slots.newest_version == 2 and slots.version == 1
+    assert slots.swap_if_staged() is True
+    assert slots.version == 2 and float(slots.active.trainable_tensors()["bias"][0]) == 0.5
+
+
+def test_stale_and_misshapen_updates_are_refused_and_counted():
+    slots = PolicySlots(TickPolicy(horizon=4), TickPolicy(horizon=4), version=3)
+    assert slots.stage(bias_update(3, 0.5)) is False
+    bad = WeightUpdate.build(4, {"bias": np.zeros(2, np.float32)}, subset="trainable")
+    assert slots.stage(bad) is False
+    assert slots.refused == {"stale_version": 1, "layout": 1}
+    assert slots.swap_if_staged() is False and slots.version == 3
+
+
+def test_a_newer_update_replaces_a_staged_one_before_the_swap():
+    slots = PolicySlots(TickPolicy(horizon=4), TickPolicy(horizon=4))
+    assert slots.stage(bias_update(1, 0.25)) and slots.stage(bias_update(2, 0.75))
+    assert slots.newest_version == 2
+    assert slots.swap_if_staged() and slots.version == 2
+    assert float(slots.active.trainable_tensors()["bias"][0]) == 0.75
+
+
+def test_zero_copy_slots_use_the_update_arrays_themselves():
+    active, spare = LinearChunkPolicy(4, 2), LinearChunkPolicy(4, 2)
+    slots = PolicySlots(active, spare, zero_copy=True)
+    tensors = {name: np.full(t.shape, 0.5, np.float32) for name, t in spare.trainable_tensors().items()}
+    assert slots.stage(WeightUpdate.build(1, tensors))
+    slots.swap_if_staged()
+    weight = dict(slots.active.net.named_parameters())["weight"]
+    assert np.shares_memory(weight.detach().numpy(), tensors["weight"])
+    assert weight.requires_grad and isinstance(weight, torch.nn.Parameter)
+    copied = PolicySlots(LinearChunkPolicy(4, 2), LinearChunkPolicy(4, 2))
+    assert copied.stage(WeightUpdate.build(1, tensors)) and copied.swap_if_staged()
+    own = dict(copied.active.net.named_parameters())["weight"].detach().numpy()
+    assert not np.shares_memory(own, tensors["weight"]) and np.all(own == 0.5)
+
+
+def test_the_loader_thread_and_the_inference_thread_never_mix_versions():
+    slots = PolicySlots(TickPolicy(horizon=4), TickPolicy(horizon=4))
+    done = threading.Event()
+
+    def load() -> None:
+        for v in range(1, 200):
+            slots.stage(bias_update(v, float(v)))
+        done.set()
+
+    threading.Thread(target=load, daemon=True).start()
+    seen = []
+    deadline = time.monotonic() + 30
+    while not done.is_set() and time.monotonic() < deadline:
+        slots.swap_if_staged()
+        seen.append((slots.version, float(slots.active.trainable_tensors()["bias"][0])))
+    assert done.is_set()
+    assert all(float(v) == b or v == 0 for v, b in seen)  # the active weights are always its version's
+    assert [v for v, _ in seen] == sorted(v for v, _ in seen)
