@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -72,7 +73,12 @@ def load_parameters(
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # from_numpy of a read-only wire view: only read
         as_torch = {name: torch.from_numpy(np.asarray(arr)) for name, arr in tensors.items()}
-        shared = {n: t for n, t in as_torch.items() if zero_copy and state[n].device.type == "cpu"}
+        users = Counter(t.data_ptr() for t in state.values()) if zero_copy else Counter()
+        shared = {  # a CPU tensor no other entry uses (tied weights stay tied: those are copied into)
+            n: t
+            for n, t in as_torch.items()
+            if zero_copy and state[n].device.type == "cpu" and users[state[n].data_ptr()] == 1
+        }
         if shared:
             module.load_state_dict(shared, strict=False, assign=True)
         for name, tensor in as_torch.items():

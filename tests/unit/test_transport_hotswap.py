@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from robotrl.core.types import WeightUpdate
-from robotrl.transport.hotswap import expected_layout, install, module_tensors
+from robotrl.transport.hotswap import expected_layout, install, load_parameters, module_tensors
 from robotrl.transport.weights import WeightRefused
 
 
@@ -41,3 +41,13 @@ def test_layout_and_trainable_subset_come_from_the_module():
     module[0].requires_grad_(False)
     assert expected_layout(module)["0.weight"] == ((2, 2), np.dtype(np.float32))
     assert sorted(module_tensors(module, trainable_only=True)) == ["1.bias", "1.weight"]
+
+
+def test_zero_copy_keeps_tied_weights_tied():
+    module = torch.nn.Sequential(torch.nn.Linear(3, 3, bias=False), torch.nn.Linear(3, 3, bias=False))
+    module[1].weight = module[0].weight  # tied, as an embedding and its output layer
+    new = np.full((3, 3), 2.0, np.float32)
+    load_parameters(module, {"0.weight": new}, zero_copy=True)
+    assert module[0].weight is module[1].weight
+    assert torch.all(module[1].weight == 2.0)
+    assert not np.shares_memory(module[0].weight.detach().numpy(), new)  # copied into, not replaced
