@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gc
 import importlib
 import json
 import logging
@@ -197,6 +198,8 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
         "version": slots.version,
         "pid": os.getpid(),
     }
+    gc.collect()
+    gc.freeze()  # the policy's many objects are never scanned again: no long collection mid-inference
     sock.send_multipart(encode(Message(READY, "worker", 0, meta=ready)))
     try:
         while os.getppid() == parent:
