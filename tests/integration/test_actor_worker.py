@@ -38,7 +38,9 @@ def test_wall_clock_episode_with_a_worker_process_keeps_every_tick_fed():
         backend.close()
     assert result.failure is None and result.ticks == 50
     assert result.chunks_merged >= 50 // H
-    assert min(result.delays[1:]) >= 2  # measured in ticks actually consumed
+    # Measured in ticks actually consumed: a stall (a loaded machine) re-anchors the clock and
+    # skips ticks, so an inference can then span fewer ticks than its wall time.
+    assert min(result.delays[1:]) >= 2 or result.missed_deadlines > 0
     # TickPolicy's row for tick t is t whatever chunk it comes from: nothing skipped or repeated,
     # unless a tick starved (then the last command is held).
     values = [float(a[0]) for a in env.executed]
