@@ -31,32 +31,49 @@ class InferenceFailedError(RuntimeError):
     """The backend cannot serve: crashed, hung past its deadline, or unreachable."""
 
 
-class WallClockScheduler:
-    def __init__(self, backend: InferenceBackend, clock: Clock, control_hz: float, timeout_s: float) -> None:
+class _Scheduler:
+    """What both modes share: the backend, and the one request that may be in flight."""
+
+    def __init__(self, backend: InferenceBackend, control_hz: float, timeout_s: float) -> None:
         self.backend = backend
-        self._clock = clock
         self._hz = control_hz
         self._timeout_s = timeout_s
-        self._sent_at: float | None = None
         self._request_id: int | None = None
 
     @property
     def in_flight(self) -> bool:
         return self._request_id is not None
 
-    def request(self, request: InferenceRequest, tick: int) -> None:
+    def _submit(self, request: InferenceRequest) -> None:
         self.backend.submit(request)
-        self._sent_at = self._clock.now()
         self._request_id = request.request_id
 
-    def _take(self, reply: InferenceReply | None) -> InferenceReply | None:
-        if reply is not None and reply.request_id == self._request_id:
-            self._request_id = self._sent_at = None
-        return reply
+    def _is_answer(self, reply: InferenceReply) -> bool:
+        """True (and nothing is in flight any more) if ``reply`` answers the request in flight;
+        replies to requests of an earlier episode may still be queued and are skipped."""
+        if reply.request_id != self._request_id:
+            return False
+        self._request_id = None
+        return True
+
+
+class WallClockScheduler(_Scheduler):
+    def __init__(self, backend: InferenceBackend, clock: Clock, control_hz: float, timeout_s: float) -> None:
+        super().__init__(backend, control_hz, timeout_s)
+        self._clock = clock
+        self._sent_at: float | None = None
+
+    def request(self, request: InferenceRequest, tick: int) -> None:
+        self._submit(request)
+        self._sent_at = self._clock.now()
 
     def arrived(self, tick: int) -> Arrival | None:
-        reply = self._take(self.backend.poll())
-        return None if reply is None else Arrival(reply, tick)
+        reply = self.backend.poll()
+        if reply is None:
+            return None
+        if self._is_answer(reply):
+            self._sent_at = None
+        return Arrival(reply, tick)
 
     def await_first(self, tick: int, timeout_s: float) -> tuple[Arrival, int]:
         """Block for the in-flight chunk while the robot waits (episode start).
@@ -65,15 +82,15 @@ class WallClockScheduler:
         ticks the wait lasted, for the delay estimate.
         """
         start = self._clock.now()
-        wanted = self._request_id
-        while True:  # replies to requests of an earlier episode may still be queued: skip them
+        while True:
             left = timeout_s - (self._clock.now() - start)
-            reply = self._take(self.backend.wait(max(left, 0.0))) if left > 0 else None
+            reply = self.backend.wait(max(left, 0.0)) if left > 0 else None
             if reply is None:
                 raise InferenceFailedError(
                     self.failure() or f"no chunk within {timeout_s:.1f} s of the request"
                 )
-            if reply.request_id == wanted:
+            if self._is_answer(reply):
+                self._sent_at = None
                 return Arrival(reply, tick), seconds_to_ticks(self._clock.now() - start, self._hz)
 
     def failure(self) -> str | None:
@@ -85,7 +102,7 @@ class WallClockScheduler:
         return None
 
 
-class VirtualTimeScheduler:
+class VirtualTimeScheduler(_Scheduler):
     def __init__(
         self,
         backend: InferenceBackend,
@@ -94,21 +111,13 @@ class VirtualTimeScheduler:
         control_hz: float,
         timeout_s: float,
     ) -> None:
-        self.backend = backend
+        super().__init__(backend, control_hz, timeout_s)
         self._latency = latency
         self._rng = rng
-        self._hz = control_hz
-        self._timeout_s = timeout_s
         self._due_tick: int | None = None
-        self._request_id: int | None = None
-
-    @property
-    def in_flight(self) -> bool:
-        return self._request_id is not None
 
     def request(self, request: InferenceRequest, tick: int) -> None:
-        self.backend.submit(request)
-        self._request_id = request.request_id
+        self._submit(request)
         self._due_tick = tick + seconds_to_ticks(self._latency.sample_seconds(self._rng), self._hz)
 
     def _collect(self) -> InferenceReply:
@@ -116,12 +125,11 @@ class VirtualTimeScheduler:
             reply = self.backend.wait(self._timeout_s)
             if reply is None:
                 raise InferenceFailedError(self.failure() or f"no chunk within {self._timeout_s:.1f} s")
-            if reply.request_id == self._request_id:
-                self._request_id = None
+            if self._is_answer(reply):
                 return reply
 
     def arrived(self, tick: int) -> Arrival | None:
-        if self._due_tick is None or self._request_id is None or tick < self._due_tick:
+        if self._due_tick is None or not self.in_flight or tick < self._due_tick:
             return None
         due, self._due_tick = self._due_tick, None
         return Arrival(self._collect(), due)
