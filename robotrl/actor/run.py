@@ -85,7 +85,7 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
         for _ in range(2):  # both slots start identical (a fresh policy's random weights too)
             torch.manual_seed(cfg.seed)
             policies.append(make_policy(cfg.policy, spec))
-        slots = PolicySlots(policies[0], policies[1])
+        slots = PolicySlots(policies[0], policies[1], zero_copy=True)  # updates are the subscriber's own
         weights = None
         if online:
             from robotrl.transport.weights import WeightSubscriber
