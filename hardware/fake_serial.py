@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,6 +139,18 @@ class FakeServoChain:
         self._rng = np.random.default_rng(seed)
         self._lock = threading.Lock()
         self.is_open = False
+        self.on_close: Callable[[FakeServoChain], None] | None = None
+        """Called when lerobot closes the port (a test records the state the arm was left in)."""
+
+    def snapshot(self) -> dict[int, dict[str, Any]]:
+        """Torque, goal and present position of every servo, now."""
+        with self._lock:
+            now = time.monotonic()
+            out = {}
+            for sid, servo in self.servos.items():
+                servo._advance(now)
+                out[sid] = {"torque": servo.torque_enabled, "goal": servo.goal, "present": servo.present}
+            return out
 
     def handle(self, packet: bytes) -> bytes:
         """The bytes the servos put on the bus in answer to one instruction packet."""
@@ -219,6 +232,9 @@ class FakeSerial:
 
     def close(self) -> None:
         self._rx.clear()
+        self.chain.is_open = False
+        if self.chain.on_close is not None:
+            self.chain.on_close(self.chain)
 
 
 def attach_fake_servos(bus: Any, chain: FakeServoChain) -> None:

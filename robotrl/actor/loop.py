@@ -249,7 +249,11 @@ class ControlLoop:
                 action = self.safety(planned.action)
             action_time = self.clock.now()
             step = self.env.step(action)
-            self.recorder.record(episode_id, obs, action, planned, step, now, action_time)
+            # A real arm reports what it executed: after its own safety layer, or the human's
+            # action while they drive (the transition is then flagged as an intervention).
+            action = step.info.get("executed", action)
+            intervention = bool(step.info.get("intervention", False))
+            self.recorder.record(episode_id, obs, action, planned, step, now, action_time, intervention)
             if self.observer is not None:
                 proposed = action if planned is None else planned.action
                 self.observer.on_tick(episode_id, obs, action, proposed, late, planned is None)

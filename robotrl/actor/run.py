@@ -32,7 +32,7 @@ from robotrl.actor.report import summarize
 from robotrl.actor.slots import PolicySlots
 from robotrl.actor.worker import ProcessInference, WorkerSpec
 from robotrl.config.schema import PolicyConfig, RobotRLConfig, TransportConfig
-from robotrl.core.protocols import ChunkPolicy, InferenceBackend, LoopObserver, WeightSource
+from robotrl.core.protocols import ChunkPolicy, InferenceBackend, LoopObserver, RobotEnv, WeightSource
 from robotrl.core.types import EnvSpec, Transition
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,12 @@ def run_episodes(
     from robotrl.sim import make_env
     from robotrl.sim.latency import build_latency_model
 
-    env = make_env(cfg.env)
+    if cfg.hardware.robot_type is not None:
+        from robotrl.hardware.factory import make_hardware_env
+
+        env: RobotEnv = make_hardware_env(cfg)
+    else:
+        env = make_env(cfg.env)
     spec = env.spec
     if not cfg.policy.path:
         log.warning("policy.path is not set: running a policy with random weights")
