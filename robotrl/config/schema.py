@@ -363,6 +363,18 @@ class ReplayConfig:
 
 
 @dataclass
+class ProfileConfig:
+    samples: int = 200
+    """Inferences timed for the profile (after the warm-up)."""
+    warmup: int = 10
+    """Inferences run first and not timed (lazy initialisation, caches, CUDA kernels)."""
+    delay: int = 4
+    """Committed prefix length given to each inference (clipped to policy.max_delay)."""
+    output: str = "runs/latency_profile.json"
+    """Profile file to write; replay it with actor.latency.kind=empirical actor.latency.profile_path=..."""
+
+
+@dataclass
 class SafetyConfig:
     joint_low: list[float] = field(default_factory=list)
     """Lowest command per joint (action units, the robot's action order); empty: the SO-101's ranges."""
@@ -432,6 +444,7 @@ class RobotRLConfig:
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
     dataset: str | None = None
     """Local LeRobotDataset directory of demonstrations (`robotrl pretrain dataset=...`)."""
     run_dir: str = "runs/default"
@@ -568,6 +581,13 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     out += _experiment_problems(cfg.experiment)
     out += _replay_problems(cfg.replay)
     out += _hardware_problems(cfg.hardware)
+    out += _positive("profile.samples", cfg.profile.samples)
+    if cfg.profile.warmup < 0:
+        out.append(("profile.warmup", f"must be >= 0, got {cfg.profile.warmup}"))
+    if cfg.profile.delay < 0:
+        out.append(("profile.delay", f"must be >= 0, got {cfg.profile.delay}"))
+    if not cfg.profile.output.strip():
+        out.append(("profile.output", "must name a file"))
     if cfg.hardware.robot_type is not None and a.virtual_time:
         out.append(("actor.virtual_time", "a real arm runs in wall-clock time: use actor=real_arm"))
     if cfg.dataset is not None and not cfg.dataset.strip():
