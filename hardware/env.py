@@ -89,8 +89,8 @@ class LerobotRobotEnv:
         self.counts: Counter[str] = Counter()
         """read_failures, watchdog_holds, estops, interventions (ticks), safe_stops."""
         self._tick = 0
-        self._positions = np.zeros(len(self.action_names), np.float32)
-        self._velocity = np.zeros(len(self.action_names), np.float32)
+        self._positions: FloatArray = np.zeros(len(self.action_names), np.float32)
+        self._velocity: FloatArray = np.zeros(len(self.action_names), np.float32)
         self._read_time: float | None = None
         self._images: dict[str, ImageArray] = {}
         self._failures_in_row = 0
@@ -225,6 +225,8 @@ class LerobotRobotEnv:
 
     def _teleop_action(self, fallback: FloatArray) -> FloatArray:
         """The human's action; a failed leader read keeps the policy's action (counted)."""
+        if self.teleop is None:
+            return fallback
         try:
             raw = self.teleop.get_action()
         except ConnectionError as exc:
