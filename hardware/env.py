@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 from robotrl.hardware.events import HumanInput
-from robotrl.hardware.safety import ArmGuard, SafetyLayer, Watchdog
+from robotrl.hardware.safety import ArmGuard, SafetyLayer, SafetyLimits, Watchdog
 
 from robotrl.core.protocols import StepResult
 from robotrl.core.types import EnvSpec, FloatArray, ImageArray, Observation
@@ -33,6 +33,37 @@ SuccessDetector = Callable[[Observation], bool]
 
 class ArmStoppedError(RuntimeError):
     """The arm can no longer be driven (too many failed reads); it was left safe."""
+
+
+def robot_spec(
+    robot: Any, limits: SafetyLimits, control_hz: float, max_episode_ticks: int, instruction: str = ""
+) -> EnvSpec:
+    """The :class:`EnvSpec` of a lerobot robot (connected or not: the learner's host has no arm).
+
+    Actions are the robot's action features; the state is their positions, then velocities;
+    cameras are the observation features shaped (H, W, 3).
+    """
+    features = robot.observation_features
+    names = tuple(robot.action_features)
+    cameras = {k: tuple(v) for k, v in features.items() if isinstance(v, tuple) and len(v) == 3}
+    missing = [n for n in names if n not in features]
+    if missing:
+        raise ValueError(f"{robot}: the observation lacks the action joints {missing}")
+    if limits.low.shape != (len(names),):
+        raise ValueError(
+            f"safety limits have {limits.low.shape[0]} joints, {robot} has {len(names)}: {list(names)}"
+        )
+    return EnvSpec(
+        name=f"lerobot/{getattr(robot, 'name', type(robot).__name__)}",
+        action_names=names,
+        action_low=tuple(float(v) for v in limits.low),
+        action_high=tuple(float(v) for v in limits.high),
+        state_names=names + tuple(n.removesuffix(".pos") + ".vel" for n in names),
+        camera_shapes={c: (int(s[0]), int(s[1]), 3) for c, s in cameras.items()},
+        control_hz=control_hz,
+        max_episode_ticks=max_episode_ticks,
+        instruction=instruction,
+    )
 
 
 class LerobotRobotEnv:
@@ -62,29 +93,9 @@ class LerobotRobotEnv:
         self.disable_torque_on_stop = disable_torque_on_stop
         self.max_read_failures = max_read_failures
         self._clock = clock
-        features = robot.observation_features
-        self.action_names = tuple(robot.action_features)
-        self.cameras = {k: tuple(v) for k, v in features.items() if isinstance(v, tuple) and len(v) == 3}
-        missing = [n for n in self.action_names if n not in features]
-        if missing:
-            raise ValueError(f"{robot}: the observation lacks the action joints {missing}")
-        low, high = safety.limits.low, safety.limits.high
-        if low.shape != (len(self.action_names),):
-            raise ValueError(
-                f"safety limits have {low.shape[0]} joints, {robot} has {len(self.action_names)}: "
-                f"{list(self.action_names)}"
-            )
-        self._spec = EnvSpec(
-            name=f"lerobot/{getattr(robot, 'name', type(robot).__name__)}",
-            action_names=self.action_names,
-            action_low=tuple(float(v) for v in low),
-            action_high=tuple(float(v) for v in high),
-            state_names=self.action_names + tuple(n.replace(".pos", "") + ".vel" for n in self.action_names),
-            camera_shapes={c: (int(s[0]), int(s[1]), 3) for c, s in self.cameras.items()},
-            control_hz=control_hz,
-            max_episode_ticks=max_episode_ticks,
-            instruction=instruction,
-        )
+        self._spec = robot_spec(robot, safety.limits, control_hz, max_episode_ticks, instruction)
+        self.action_names = self._spec.action_names
+        self.cameras = dict(self._spec.camera_shapes)
         self.bus_lock = threading.RLock()
         self.counts: Counter[str] = Counter()
         """read_failures, watchdog_holds, estops, interventions (ticks), safe_stops."""
@@ -213,6 +224,8 @@ class LerobotRobotEnv:
         success = events.success or (self.success_detector is not None and self.success_detector(obs))
         terminated = success or events.failure
         truncated = not terminated and (stopped or self._tick >= self._spec.max_episode_ticks)
+        if terminated or truncated:
+            self.watchdog.pause()  # no command is due until the next episode starts
         info = {
             "is_success": success,
             "executed": command,

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from robotrl.hardware.env import LerobotRobotEnv
+from robotrl.hardware.env import LerobotRobotEnv, robot_spec
 from robotrl.hardware.events import EventSource, HumanInput, KeyEvents, TeleopButtonEvents
 from robotrl.hardware.safety import Kinematics, SafetyLayer, SafetyLimits
 
 from robotrl.config.schema import HardwareConfig, RobotRLConfig
-from robotrl.core.types import FloatArray
+from robotrl.core.types import EnvSpec, FloatArray
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,7 @@ def make_robot(hw: HardwareConfig) -> Any:
     from lerobot.robots import RobotConfig, make_robot_from_config
 
     _register("lerobot.robots", ROBOT_MODULES)
+    _register("robotrl.hardware", ("config_fake_so101",))
     _register("lerobot.cameras", ("opencv", "realsense"))
     if hw.robot_type is None:
         raise ValueError("hardware.robot_type: null drives the sim; name a lerobot robot for a real arm")
@@ -94,6 +95,7 @@ def make_teleop(hw: HardwareConfig) -> Any | None:
     from lerobot.teleoperators import TeleoperatorConfig, make_teleoperator_from_config
 
     _register("lerobot.teleoperators", TELEOP_MODULES)
+    _register("robotrl.hardware", ("config_fake_so101",))
     cls = _choice(TeleoperatorConfig, "teleop", hw.teleop_type)
     options: dict[str, Any] = {"id": hw.teleop_id, **hw.teleop_options}
     if "port" in getattr(cls, "__dataclass_fields__", {}):
@@ -154,12 +156,24 @@ def build_limits(hw: HardwareConfig, action_names: tuple[str, ...]) -> SafetyLim
     )
 
 
+def hardware_spec(cfg: RobotRLConfig) -> EnvSpec:
+    """The configured arm's spec without connecting to it (the learner's host has no arm)."""
+    robot = make_robot(cfg.hardware)
+    limits = build_limits(cfg.hardware, tuple(robot.action_features))
+    spec: EnvSpec = robot_spec(
+        robot, limits, cfg.env.control_hz, cfg.env.max_episode_ticks, cfg.hardware.instruction
+    )
+    return spec
+
+
 def make_hardware_env(
     cfg: RobotRLConfig, robot: Any | None = None, teleop: Any | None = None
 ) -> LerobotRobotEnv:
     """Connect the configured arm (and teleoperator) and wrap it; ``robot``/``teleop`` override
     the configured ones (tests pass lerobot robots whose serial port is faked)."""
     hw = cfg.hardware
+    if cfg.actor.virtual_time:
+        raise ValueError("actor.virtual_time: a real arm runs in wall-clock time; use actor=real_arm")
     robot = robot if robot is not None else make_robot(hw)
     teleop = teleop if teleop is not None else make_teleop(hw)
     if not robot.is_connected:

@@ -588,8 +588,6 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
         out.append(("profile.delay", f"must be >= 0, got {cfg.profile.delay}"))
     if not cfg.profile.output.strip():
         out.append(("profile.output", "must name a file"))
-    if cfg.hardware.robot_type is not None and a.virtual_time:
-        out.append(("actor.virtual_time", "a real arm runs in wall-clock time: use actor=real_arm"))
     if cfg.dataset is not None and not cfg.dataset.strip():
         out.append(("dataset", "must be a local LeRobotDataset directory or null, got an empty string"))
     return out
