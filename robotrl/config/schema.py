@@ -429,6 +429,8 @@ class HardwareConfig:
     """The task instruction given to the policy (the sim's come from its task)."""
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     """Limits every command passes."""
+    check_seconds: float = 0.0
+    """`robotrl check-arm`: how long to read the limp arm (0: until Ctrl-C)."""
 
 
 @dataclass
@@ -610,6 +612,8 @@ def _hardware_problems(hw: HardwareConfig) -> list[tuple[str, str]]:
         out.append(("hardware.safety.workspace_low", "must be below workspace_high on every axis"))
     out += _positive("hardware.safety.watchdog_s", s.watchdog_s)
     out += _positive("hardware.safety.max_read_failures", s.max_read_failures)
+    if hw.check_seconds < 0:
+        out.append(("hardware.check_seconds", f"must be >= 0 (0: until Ctrl-C), got {hw.check_seconds}"))
     if hw.robot_type is not None and not hw.robot_type.strip():
         out.append(("hardware.robot_type", "must be a lerobot robot type or null"))
     for cam, fields_ in hw.cameras.items():

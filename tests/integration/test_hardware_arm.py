@@ -256,3 +256,24 @@ def test_robot_and_leader_come_from_lerobot_config_types(tmp_path):
     cfg.hardware.robot_type = "no_such_arm"
     with pytest.raises(ValueError, match="unknown lerobot robot 'no_such_arm'"):
         make_robot(cfg.hardware)
+
+
+def test_check_arm_reports_the_joints_a_limp_arm_holds_outside_the_limits(tmp_path, capsys):
+    from robotrl.cli import main as cli
+
+    code = cli(
+        [
+            "check-arm",
+            "hardware.robot_type=robotrl_fake_so101",
+            "+hardware.robot_options={pose_degrees: -105}",
+            f"hardware.calibration_dir={tmp_path}",
+            "hardware.check_seconds=0.5",
+        ]
+    )
+    assert code == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["reads"] > 0
+    # -105 degrees is inside the pan (+-110) and roll ranges, outside lift, elbow and wrist flex.
+    outside = {name for name, n in report["outside_limits"].items() if n}
+    assert outside == {"shoulder_lift.pos", "elbow_flex.pos", "wrist_flex.pos"}
+    assert report["seen"]["shoulder_lift.pos"][0] == pytest.approx(-105, abs=0.5)
