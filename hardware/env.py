@@ -84,6 +84,7 @@ class LerobotRobotEnv:
         watchdog_s: float = 0.25,
         disable_torque_on_stop: bool = False,
         max_read_failures: int = 10,
+        wait_for_reset: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.robot, self.safety, self.teleop = robot, safety, teleop
@@ -92,6 +93,9 @@ class LerobotRobotEnv:
         self.success_reward = success_reward
         self.disable_torque_on_stop = disable_torque_on_stop
         self.max_read_failures = max_read_failures
+        self.wait_for_reset = wait_for_reset
+        self._episodes = 0
+        self._pause = threading.Event()  # never set: waiting on it is a pause
         self._clock = clock
         self._spec = robot_spec(robot, safety.limits, control_hz, max_episode_ticks, instruction)
         self.action_names = self._spec.action_names
@@ -188,16 +192,31 @@ class LerobotRobotEnv:
         """Start an episode where the arm is (a real scene cannot be re-seeded; ``seed`` is unused)."""
         del seed
         self.watchdog.pause()
+        if self._episodes and self.wait_for_reset:
+            self._wait_for_operator()
         if self.safety.estop.pressed:
             raise ArmStoppedError(
                 f"emergency stop is latched ({self.safety.estop.reason}); restart the actor"
             )
+        self._episodes += 1
         self._tick = 0
         self._read_time = None
         self._velocity[:] = 0.0
         obs = self._observe()
         self.safety.reset(self._positions)
         return obs
+
+    def _wait_for_operator(self) -> None:
+        """Between episodes the arm holds while the human resets the scene, then presses n."""
+        log.warning("episode over: reset the scene, then press n (space: emergency stop)")
+        while True:
+            events = self.human.poll()
+            if events.estop:
+                self.safety.estop.press("operator")
+                self.counts["estops"] += 1
+            if events.next_episode or self.safety.estop.pressed:
+                return
+            self._pause.wait(0.05)
 
     def step(self, action: FloatArray) -> StepResult:
         events = self.human.poll()

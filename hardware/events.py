@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
-KEYS_HELP = "keys: [space] emergency stop   s success   f failure   i take over / give back"
+KEYS_HELP = "keys: [space] e-stop   s success   f failure   i take over / give back   n next episode"
 
 
 @dataclass
@@ -28,6 +28,8 @@ class HumanEvents:
     success: bool = False
     failure: bool = False
     intervention: bool = False
+    next_episode: bool = False
+    """The operator has reset the scene and wants the next episode."""
 
 
 class EventSource(Protocol):
@@ -83,6 +85,8 @@ class KeyEvents:
                 events.success = True
             elif key == "f":
                 events.failure = True
+            elif key == "n":
+                events.next_episode = True
             elif key == "i":
                 self.intervening = not self.intervening
                 log.warning("human %s", "takes over" if self.intervening else "gives control back")

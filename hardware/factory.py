@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from robotrl.hardware.env import LerobotRobotEnv, robot_spec
-from robotrl.hardware.events import EventSource, HumanInput, KeyEvents, TeleopButtonEvents
+from robotrl.hardware.events import KEYS_HELP, EventSource, HumanInput, KeyEvents, TeleopButtonEvents
 from robotrl.hardware.safety import Kinematics, SafetyLayer, SafetyLimits
 
 from robotrl.config.schema import HardwareConfig, RobotRLConfig
@@ -184,6 +185,8 @@ def make_hardware_env(
     limits = build_limits(hw, names)
     kinematics = so101_kinematics() if limits.workspace_low is not None else None
     sources: list[EventSource] = [KeyEvents()] if hw.keys else []
+    if hw.keys:
+        print(KEYS_HELP, file=sys.stderr)
     if teleop is not None and hasattr(teleop, "get_teleop_events"):
         sources.append(TeleopButtonEvents(teleop, hw.estop_event))
     return LerobotRobotEnv(
@@ -198,4 +201,5 @@ def make_hardware_env(
         watchdog_s=hw.safety.watchdog_s,
         disable_torque_on_stop=hw.safety.disable_torque_on_stop,
         max_read_failures=hw.safety.max_read_failures,
+        wait_for_reset=hw.keys and hw.reset_wait,
     )

@@ -420,7 +420,10 @@ class HardwareConfig:
     teleop_options: dict[str, Any] = field(default_factory=dict)
     """Further fields of lerobot's teleoperator config."""
     keys: bool = True
-    """Read single keys in the actor's terminal: space e-stop, s success, f failure, i take over."""
+    """Read single keys in the actor's terminal: space e-stop, s success, f failure, i take over,
+    n next episode."""
+    reset_wait: bool = True
+    """With keys: before each episode after the first, hold the arm until n (the scene is reset by hand)."""
     estop_event: str | None = None
     """A teleoperator event (lerobot TeleopEvents value, e.g. terminate_episode) that e-stops the arm."""
     success_reward: float = 1.0

@@ -277,3 +277,20 @@ def test_check_arm_reports_the_joints_a_limp_arm_holds_outside_the_limits(tmp_pa
     outside = {name for name, n in report["outside_limits"].items() if n}
     assert outside == {"shoulder_lift.pos", "elbow_flex.pos", "wrist_flex.pos"}
     assert report["seen"]["shoulder_lift.pos"][0] == pytest.approx(-105, abs=0.5)
+
+
+def test_the_next_episode_waits_for_the_operator_to_reset_the_scene(tmp_path, close_after):
+    import threading
+
+    keys = KeyPipe()
+    env, _ = fake_env(tmp_path, keys=keys)
+    env.wait_for_reset = True
+    close_after(env)
+    env.reset()  # the first episode starts at once
+    env.step(np.zeros(6, np.float32))
+    started = threading.Event()
+    threading.Thread(target=lambda: (env.reset(), started.set()), daemon=True).start()
+    assert not started.wait(0.3)  # holds until the operator says the scene is ready
+    keys.type("n")
+    assert started.wait(5)
+    keys.close()

@@ -56,6 +56,7 @@ def test_intervention_segments_from_a_real_arm_actor_reach_the_anchor_buffer(tmp
                 "hardware.teleop_type=robotrl_fake_so101_leader",
                 "+hardware.teleop_options={pose_degrees: 15.0}",
                 f"hardware.calibration_dir={tmp_path}/calibration",
+                "hardware.reset_wait=false",
             ],
             input="i",  # the human takes over from the first tick and never gives control back
             capture_output=True,
