@@ -7,6 +7,7 @@ buttons of a lerobot teleoperator that reports events (gamepad, keyboard teleop)
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
@@ -59,6 +60,7 @@ class KeyEvents:
 
             self._restore = termios.tcgetattr(self._fd)
             tty.setcbreak(self._fd)
+            atexit.register(self.close)  # the terminal is given back however the actor ends
         self.intervening = False
         threading.Thread(target=self._read, name="robotrl-keys", daemon=True).start()
 

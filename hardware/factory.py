@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from robotrl.hardware.env import LerobotRobotEnv, robot_spec
+from robotrl.hardware.env import LerobotRobotEnv, SuccessDetector, robot_spec
 from robotrl.hardware.events import KEYS_HELP, EventSource, HumanInput, KeyEvents, TeleopButtonEvents
 from robotrl.hardware.safety import Kinematics, SafetyLayer, SafetyLimits
 
@@ -167,6 +167,19 @@ def hardware_spec(cfg: RobotRLConfig) -> EnvSpec:
     return spec
 
 
+def load_success_detector(spec: str) -> SuccessDetector:
+    """The function ``'module:function'`` names; a clear error when it cannot be found."""
+    module, _, name = spec.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"hardware.success_detector: cannot load {spec!r}: {exc}") from exc
+    if not callable(fn):
+        raise ValueError(f"hardware.success_detector: {spec!r} is not a function")
+    detector: SuccessDetector = fn
+    return detector
+
+
 def make_hardware_env(
     cfg: RobotRLConfig, robot: Any | None = None, teleop: Any | None = None
 ) -> LerobotRobotEnv:
@@ -197,6 +210,7 @@ def make_hardware_env(
         instruction=hw.instruction,
         teleop=teleop,
         human=HumanInput(sources),
+        success_detector=load_success_detector(hw.success_detector) if hw.success_detector else None,
         success_reward=hw.success_reward,
         watchdog_s=hw.safety.watchdog_s,
         disable_torque_on_stop=hw.safety.disable_torque_on_stop,

@@ -21,6 +21,7 @@ from robotrl.hardware.factory import build_limits, make_hardware_env
 from robotrl.hardware.fake_serial import FakeServoChain, attach_fake_servos, calibrated_chain
 
 from robotrl.config.schema import RobotRLConfig
+from robotrl.core.types import Observation
 
 
 def _fake(device: Any, **chain_kwargs: Any) -> FakeServoChain:
@@ -45,6 +46,11 @@ def fake_leader(tmp_path: Path, **chain_kwargs: Any) -> tuple[Any, FakeServoChai
     cfg = SO101LeaderConfig(port="/dev/fake-leader", id="leader", calibration_dir=tmp_path / "cal")
     leader = make_teleoperator_from_config(cfg)
     return leader, _fake(leader, **chain_kwargs)
+
+
+def pan_past_30_degrees(observation: Observation) -> bool:
+    """A success detector (``hardware.success_detector=hardware_fakes:pan_past_30_degrees``)."""
+    return bool(observation.state[0] > 30)
 
 
 class KeyPipe:
@@ -73,12 +79,18 @@ def hardware_config(**safety: Any) -> RobotRLConfig:
 
 
 def fake_env(
-    tmp_path: Path, keys: KeyPipe | None = None, teleop: Any = None, ticks: int = 300, **safety: Any
+    tmp_path: Path,
+    keys: KeyPipe | None = None,
+    teleop: Any = None,
+    ticks: int = 300,
+    detector: str | None = None,
+    **safety: Any,
 ) -> tuple[LerobotRobotEnv, FakeServoChain]:
     """The real-arm env over a fake follower (built by the same factory as the real one)."""
     robot, chain = fake_follower(tmp_path)
     cfg = hardware_config(**safety)
     cfg.env.max_episode_ticks = ticks
+    cfg.hardware.success_detector = detector
     env = make_hardware_env(cfg, robot=robot, teleop=teleop)
     if keys is not None:
         env.human = HumanInput([keys.source])

@@ -430,6 +430,9 @@ class HardwareConfig:
     """Reward of a success (key, teleoperator button or detector)."""
     instruction: str = ""
     """The task instruction given to the policy (the sim's come from its task)."""
+    success_detector: str | None = None
+    """'module:function' called with every Observation; True ends the episode as a success.
+    Null: success comes from the human (key s or a teleoperator button)."""
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     """Limits every command passes."""
     check_seconds: float = 0.0
@@ -615,6 +618,8 @@ def _hardware_problems(hw: HardwareConfig) -> list[tuple[str, str]]:
         out.append(("hardware.safety.workspace_low", "must be below workspace_high on every axis"))
     out += _positive("hardware.safety.watchdog_s", s.watchdog_s)
     out += _positive("hardware.safety.max_read_failures", s.max_read_failures)
+    if hw.success_detector is not None and hw.success_detector.count(":") != 1:
+        out.append(("hardware.success_detector", f"must be 'module:function', got {hw.success_detector!r}"))
     if hw.check_seconds < 0:
         out.append(("hardware.check_seconds", f"must be >= 0 (0: until Ctrl-C), got {hw.check_seconds}"))
     if hw.robot_type is not None and not hw.robot_type.strip():

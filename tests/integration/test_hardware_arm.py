@@ -294,3 +294,21 @@ def test_the_next_episode_waits_for_the_operator_to_reset_the_scene(tmp_path, cl
     keys.type("n")
     assert started.wait(5)
     keys.close()
+
+
+def test_a_configured_success_detector_ends_the_episode_with_the_reward(tmp_path, close_after):
+    env, _ = fake_env(tmp_path, detector="hardware_fakes:pan_past_30_degrees", max_step=10.0)
+    close_after(env)
+    env.reset()
+    target = np.array([45, 0, 0, 0, 0, 50], np.float32)
+    for _ in range(200):
+        result = env.step(target)
+        if result.terminated:
+            break
+    assert result.terminated and result.info["is_success"] and result.reward == 1.0
+    assert result.observation.state[0] > 30
+
+
+def test_a_detector_that_does_not_exist_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match=r"hardware\.success_detector: cannot load"):
+        fake_env(tmp_path, detector="hardware_fakes:no_such_function")
