@@ -102,7 +102,7 @@ class LerobotRobotEnv:
         self.cameras = dict(self._spec.camera_shapes)
         self.bus_lock = threading.RLock()
         self.counts: Counter[str] = Counter()
-        """read_failures, watchdog_holds, estops, interventions (ticks), safe_stops."""
+        """read_failures, teleop_read_failures, watchdog_holds, interventions (ticks), safe_stops."""
         self._tick = 0
         self._positions: FloatArray = np.zeros(len(self.action_names), np.float32)
         self._velocity: FloatArray = np.zeros(len(self.action_names), np.float32)
@@ -130,6 +130,14 @@ class LerobotRobotEnv:
             raw = self.robot.get_observation()
             present = np.array([raw[n] for n in self.action_names], np.float32)
             self._send(np.clip(present, self.safety.limits.low, self.safety.limits.high))
+
+    def emergency_stop(self, reason: str = "operator") -> None:
+        """Latch the stop and hold the arm now, from any thread (a key reader, a button)."""
+        if self.safety.estop.pressed:
+            return
+        self.safety.estop.press(reason)
+        if self.robot.is_connected:
+            self.hold()
 
     def _watchdog_hold(self) -> None:
         self.hold()
@@ -213,7 +221,6 @@ class LerobotRobotEnv:
             events = self.human.poll()
             if events.estop:
                 self.safety.estop.press("operator")
-                self.counts["estops"] += 1
             if events.next_episode or self.safety.estop.pressed:
                 return
             self._pause.wait(0.05)
@@ -222,7 +229,6 @@ class LerobotRobotEnv:
         events = self.human.poll()
         if events.estop:
             self.safety.estop.press("operator")
-            self.counts["estops"] += 1
         wanted = np.asarray(action, np.float32)
         intervention = events.intervention and self.teleop is not None
         if intervention:
@@ -252,6 +258,7 @@ class LerobotRobotEnv:
             "estop": stopped,
             "safety": dict(self.safety.counts),
             "hardware": dict(self.counts),
+            "estops": self.safety.estop.presses,
         }
         return StepResult(obs, self.success_reward if success else 0.0, terminated, truncated, info)
 

@@ -13,6 +13,7 @@ import os
 import queue
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -52,6 +53,8 @@ class KeyEvents:
 
     def __init__(self, fd: int | None = None) -> None:
         self._keys: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.on_estop: Callable[[], None] | None = None
+        """Called from the reader thread the moment an e-stop key arrives (before the next tick)."""
         self._fd = sys.stdin.fileno() if fd is None else fd
         self._restore: list[Any] | None = None
         if fd is None and os.isatty(self._fd):
@@ -73,6 +76,11 @@ class KeyEvents:
             if not data:
                 return
             for ch in data.decode(errors="ignore").lower():
+                if ch in self.ESTOP_KEYS and self.on_estop is not None:
+                    try:
+                        self.on_estop()
+                    except Exception:  # the key reader must survive a failing bus
+                        log.exception("emergency stop from the keyboard failed to hold the arm")
                 self._keys.put(ch)
 
     def poll(self, events: HumanEvents) -> None:

@@ -197,12 +197,13 @@ def make_hardware_env(
     names = tuple(robot.action_features)
     limits = build_limits(hw, names)
     kinematics = so101_kinematics() if limits.workspace_low is not None else None
-    sources: list[EventSource] = [KeyEvents()] if hw.keys else []
+    keys = KeyEvents() if hw.keys else None
+    sources: list[EventSource] = [keys] if keys is not None else []
     if hw.keys:
         print(KEYS_HELP, file=sys.stderr)
     if teleop is not None and hasattr(teleop, "get_teleop_events"):
         sources.append(TeleopButtonEvents(teleop, hw.estop_event))
-    return LerobotRobotEnv(
+    env = LerobotRobotEnv(
         robot,
         SafetyLayer(limits, kinematics=kinematics),
         control_hz=cfg.env.control_hz,
@@ -217,3 +218,6 @@ def make_hardware_env(
         max_read_failures=hw.safety.max_read_failures,
         wait_for_reset=hw.keys and hw.reset_wait,
     )
+    if keys is not None:
+        keys.on_estop = env.emergency_stop  # holds at once, not at the next tick
+    return env

@@ -60,15 +60,17 @@ class EmergencyStop:
 
     def __init__(self) -> None:
         self._pressed = threading.Event()
+        self._lock = threading.Lock()
         self.reason = ""
         self.presses = 0
 
     def press(self, reason: str) -> None:
-        if not self._pressed.is_set():
-            self.presses += 1
-            self.reason = reason
-            log.error("EMERGENCY STOP: %s", reason)
-        self._pressed.set()
+        with self._lock:
+            if not self._pressed.is_set():
+                self.presses += 1
+                self.reason = reason
+                log.error("EMERGENCY STOP: %s", reason)
+            self._pressed.set()
 
     @property
     def pressed(self) -> bool:

@@ -92,8 +92,9 @@ def fake_env(
     cfg.env.max_episode_ticks = ticks
     cfg.hardware.success_detector = detector
     env = make_hardware_env(cfg, robot=robot, teleop=teleop)
-    if keys is not None:
+    if keys is not None:  # wired as make_hardware_env wires the terminal's keys
         env.human = HumanInput([keys.source])
+        keys.source.on_estop = env.emergency_stop
     return env, chain
 
 

@@ -191,7 +191,7 @@ def run_episodes(
             )
     summary = summarize(results, spec.control_hz, wall_clock=not cfg.actor.virtual_time)
     summary.update(
-        env=cfg.env.id,
+        env=spec.name if cfg.hardware.robot_type is not None else cfg.env.id,
         strategy=cfg.actor.strategy.value,
         latency=cfg.actor.latency.kind.value if cfg.actor.virtual_time else "wall-clock",
         wall_s=round(time.perf_counter() - start, 2),
