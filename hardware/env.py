@@ -256,8 +256,6 @@ class LerobotRobotEnv:
             "executed": command,
             "intervention": intervention,
             "estop": stopped,
-            "safety": dict(self.safety.counts),
-            "hardware": dict(self.counts),
             "estops": self.safety.estop.presses,
         }
         return StepResult(obs, self.success_reward if success else 0.0, terminated, truncated, info)
@@ -273,6 +271,10 @@ class LerobotRobotEnv:
             log.warning("teleoperator read failed: %s", exc)
             return fallback
         return np.array([raw[n] for n in self.action_names], np.float32)
+
+    def report(self) -> dict[str, int]:
+        """Every safety rule that changed a command, every hold, stop and failed read, counted."""
+        return {**self.safety.counts, **self.counts, "estops": self.safety.estop.presses}
 
     def close(self) -> None:
         self.guard.close()

@@ -196,6 +196,9 @@ def run_episodes(
         latency=cfg.actor.latency.kind.value if cfg.actor.virtual_time else "wall-clock",
         wall_s=round(time.perf_counter() - start, 2),
     )
+    report = getattr(env, "report", None)  # a real arm: every safety clamp, hold and stop, counted
+    if callable(report):
+        summary["arm"] = report()
     return summary
 
 
@@ -226,6 +229,8 @@ def print_summary(summary: dict[str, Any]) -> None:
         rows.append(
             ("tick jitter p50 / p99", f"{summary['jitter_p50_ms']:.2f} / {summary['jitter_p99_ms']:.2f} ms")
         )
+    if summary.get("arm"):
+        rows.append(("arm: clamps, holds, stops", ", ".join(f"{k} {v}" for k, v in summary["arm"].items())))
     for name, value in rows:
         table.add_row(name, str(value))
     Console().print(table)

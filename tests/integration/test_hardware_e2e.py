@@ -70,7 +70,7 @@ def test_intervention_segments_from_a_real_arm_actor_reach_the_anchor_buffer(tmp
         out, _ = learner.communicate(timeout=120)
     summary = json.loads((tmp_path / "actor" / "actor_actor-0_summary.json").read_text())
     assert summary["transport"]["flushed"] and summary["ticks"] == 2 * 45, out[-3000:]
-    assert summary["intervention_ticks"] == summary["ticks"]
+    assert summary["intervention_ticks"] == summary["ticks"] == summary["arm"]["interventions"]
     metrics = [
         json.loads(line) for line in (tmp_path / "learner" / "learner_metrics.jsonl").read_text().splitlines()
     ]
