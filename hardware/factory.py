@@ -37,6 +37,7 @@ ROBOT_MODULES = (
     "rebot_b601_follower",
     "bi_rebot_b601_follower",
 )
+CAMERA_MODULES = ("opencv", "realsense", "zmq", "reachy2_camera")
 TELEOP_MODULES = (
     "so_leader",
     "koch_leader",
@@ -56,14 +57,12 @@ def _register(package: str, modules: tuple[str, ...]) -> None:
             log.debug("lerobot %s.%s not available: %s", package, name, exc)
 
 
-def _choice(base: Any, kind: str, type_name: str) -> Any:
+def _choice(base: Any, field: str, kind: str, type_name: str) -> Any:
     try:
         return base.get_choice_class(type_name)
     except (KeyError, ValueError):
         known = sorted(base.get_known_choices())
-        raise ValueError(
-            f"hardware.{kind}_type: unknown lerobot {kind} {type_name!r}; known: {known}"
-        ) from None
+        raise ValueError(f"{field}: unknown lerobot {kind} {type_name!r}; known: {known}") from None
 
 
 def make_robot(hw: HardwareConfig) -> Any:
@@ -73,14 +72,16 @@ def make_robot(hw: HardwareConfig) -> Any:
 
     _register("lerobot.robots", ROBOT_MODULES)
     _register("robotrl.hardware", ("config_fake_so101",))
-    _register("lerobot.cameras", ("opencv", "realsense"))
+    _register("lerobot.cameras", CAMERA_MODULES)
     if hw.robot_type is None:
         raise ValueError("hardware.robot_type: null drives the sim; name a lerobot robot for a real arm")
-    cls = _choice(RobotConfig, "robot", hw.robot_type)
+    cls = _choice(RobotConfig, "hardware.robot_type", "robot", hw.robot_type)
     cameras = {}
     for name, fields in hw.cameras.items():
         fields = dict(fields)
-        cameras[name] = _choice(CameraConfig, "camera", fields.pop("type"))(**fields)
+        cameras[name] = _choice(CameraConfig, f"hardware.cameras.{name}.type", "camera", fields.pop("type"))(
+            **fields
+        )
     options: dict[str, Any] = {"id": hw.robot_id, "cameras": cameras, **hw.robot_options}
     if "port" in getattr(cls, "__dataclass_fields__", {}):
         options["port"] = hw.robot_port
@@ -97,7 +98,7 @@ def make_teleop(hw: HardwareConfig) -> Any | None:
 
     _register("lerobot.teleoperators", TELEOP_MODULES)
     _register("robotrl.hardware", ("config_fake_so101",))
-    cls = _choice(TeleoperatorConfig, "teleop", hw.teleop_type)
+    cls = _choice(TeleoperatorConfig, "hardware.teleop_type", "teleoperator", hw.teleop_type)
     options: dict[str, Any] = {"id": hw.teleop_id, **hw.teleop_options}
     if "port" in getattr(cls, "__dataclass_fields__", {}):
         options["port"] = hw.teleop_port

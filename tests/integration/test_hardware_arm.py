@@ -316,3 +316,56 @@ def test_a_configured_success_detector_ends_the_episode_with_the_reward(tmp_path
 def test_a_detector_that_does_not_exist_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match=r"hardware\.success_detector: cannot load"):
         fake_env(tmp_path, detector="hardware_fakes:no_such_function")
+
+
+def test_the_robots_camera_becomes_an_observation_image(tmp_path, close_after):
+    """lerobot's ZeroMQ camera (a real camera class) fed by a publisher on an OS-assigned port."""
+    import threading
+
+    import zmq
+    from lerobot.cameras.zmq.image_server import encode_image
+    from robotrl.hardware.factory import hardware_spec, make_hardware_env
+
+    rgb = np.zeros((48, 64, 3), np.uint8)
+    rgb[:, :32, 0] = 255  # the left half red
+    # Encoded as lerobot's own image server encodes a camera frame.
+    message = json.dumps({"timestamps": {"front": 0.0}, "images": {"front": encode_image(rgb)}})
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    stop = threading.Event()
+
+    def publish() -> None:
+        while not stop.is_set():
+            pub.send_string(message)
+            stop.wait(1 / 30)
+
+    threading.Thread(target=publish, daemon=True).start()
+    try:
+        cfg = hardware_config()
+        cfg.hardware.robot_type = "robotrl_fake_so101"
+        cfg.hardware.calibration_dir = str(tmp_path)
+        cfg.hardware.cameras = {
+            "front": {
+                "type": "zmq",
+                "server_address": "127.0.0.1",
+                "port": port,
+                "camera_name": "front",
+                "width": 64,
+                "height": 48,
+                "fps": 30,
+            }
+        }
+        assert dict(hardware_spec(cfg).camera_shapes) == {"front": (48, 64, 3)}
+        env = make_hardware_env(cfg)
+        close_after(env)
+        image = env.reset().images["front"]
+        assert image.shape == (48, 64, 3) and image.dtype == np.uint8
+        assert image[:, :28, 0].mean() > 200 and image[:, 36:, 0].mean() < 50  # RGB: red on the left
+        step = env.step(env.reset().state[:6])
+        assert step.observation.images["front"].shape == (48, 64, 3)
+        env.close()  # the camera disconnects before its publisher goes
+    finally:
+        stop.set()
+        pub.close(linger=0)
+        ctx.term()
