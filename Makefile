@@ -64,6 +64,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy hardware  # imports as robotrl.hardware, lives outside robotrl/
 
 demo: setup
 	@bash launch/demo.sh

@@ -1,7 +1,7 @@
-"""The real world, imported as ``robotrl.hardware``.
+"""The real world, imported as ``robotrl.hardware``: any lerobot robot as a robotrl env.
 
-Adapters from lerobot robots and teleoperators to robotrl's ``RobotEnv``, the
-safety layer every command passes (limits, rate caps, watchdog, emergency stop),
-human intervention, latency profiling, and per-robot settings and calibration
-notes. Built by the Hardware issue; nothing here yet.
+``env`` (the adapter), ``safety`` (limits, watchdog, e-stop, arm guard), ``events`` (the
+human), ``factory`` (from ``hardware.*`` config), ``profile_latency`` and ``check``
+(CLI roles), ``fake_serial`` / ``fake_so101`` (servos behind a fake serial port). Nothing
+is imported here, so ``import robotrl.hardware`` costs nothing on a host without an arm.
 """

@@ -78,7 +78,16 @@ ROLES: tuple[Role, ...] = (
     Role(
         "keys", "generate CURVE key pairs: robotrl keys generate", "robotrl.wire.auth:main", uses_config=False
     ),
-    Role("profile-latency", "measure a policy's inference times into a latency profile", None, issue=9),
+    Role(
+        "profile-latency",
+        "measure a policy's inference times into a latency profile",
+        "robotrl.hardware.profile_latency:main",
+    ),
+    Role(
+        "check-arm",
+        "read the limp arm (torque off) against the safety limits as you move it by hand",
+        "robotrl.hardware.check:main",
+    ),
     Role("config", "print the composed, validated config for the given overrides", "robotrl.cli:show_config"),
 )
 ROLES_BY_NAME = {r.name: r for r in ROLES}

@@ -72,6 +72,8 @@ class EpisodeResult:
     delays: list[int] = field(default_factory=list)
     policy_versions: list[int] = field(default_factory=list)
     clamped_ticks: int = 0
+    intervention_ticks: int = 0
+    """Ticks a human drove the arm (a real arm's teleoperator)."""
     jerk_rms: float = 0.0
     lateness_ms: list[float] = field(default_factory=list)
     failure: str | None = None
@@ -263,7 +265,12 @@ class ControlLoop:
                 action = self.safety(planned.action)
             action_time = self.clock.now()
             step = self.env.step(action)
-            self.recorder.record(episode_id, obs, action, planned, step, now, action_time)
+            # A real arm reports what it executed: after its own safety layer, or the human's
+            # action while they drive (the transition is then flagged as an intervention).
+            action = step.info.get("executed", action)
+            intervention = bool(step.info.get("intervention", False))
+            result.intervention_ticks += intervention
+            self.recorder.record(episode_id, obs, action, planned, step, now, action_time, intervention)
             if self.observer is not None:
                 proposed = action if planned is None else planned.action
                 self.observer.on_tick(episode_id, obs, action, proposed, late, planned is None)

@@ -52,6 +52,7 @@ def summarize(results: Sequence[EpisodeResult], control_hz: float, wall_clock: b
         "inference_errors": sum(r.inference_errors for r in results),
         "prefix_overruns": sum(r.prefix_overruns for r in results),
         "clamped_ticks": sum(r.clamped_ticks for r in results),
+        "intervention_ticks": sum(r.intervention_ticks for r in results),
         "failures": [r.failure for r in results if r.failure],
         "ticks": sum(r.ticks for r in results),
     }

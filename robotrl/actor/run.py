@@ -32,7 +32,7 @@ from robotrl.actor.report import summarize
 from robotrl.actor.slots import PolicySlots
 from robotrl.actor.worker import ProcessInference, WorkerSpec
 from robotrl.config.schema import PolicyConfig, RobotRLConfig, TransportConfig
-from robotrl.core.protocols import ChunkPolicy, InferenceBackend, LoopObserver, WeightSource
+from robotrl.core.protocols import ChunkPolicy, InferenceBackend, LoopObserver, RobotEnv, WeightSource
 from robotrl.core.types import EnvSpec, Transition
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,12 @@ def run_episodes(
     from robotrl.sim import make_env
     from robotrl.sim.latency import build_latency_model
 
-    env = make_env(cfg.env)
+    if cfg.hardware.robot_type is not None:
+        from robotrl.hardware.factory import make_hardware_env
+
+        env: RobotEnv = make_hardware_env(cfg)
+    else:
+        env = make_env(cfg.env)
     spec = env.spec
     if not cfg.policy.path:
         log.warning("policy.path is not set: running a policy with random weights")
@@ -186,11 +191,14 @@ def run_episodes(
             )
     summary = summarize(results, spec.control_hz, wall_clock=not cfg.actor.virtual_time)
     summary.update(
-        env=cfg.env.id,
+        env=spec.name if cfg.hardware.robot_type is not None else cfg.env.id,
         strategy=cfg.actor.strategy.value,
         latency=cfg.actor.latency.kind.value if cfg.actor.virtual_time else "wall-clock",
         wall_s=round(time.perf_counter() - start, 2),
     )
+    report = getattr(env, "report", None)  # a real arm: every safety clamp, hold and stop, counted
+    if callable(report):
+        summary["arm"] = report()
     return summary
 
 
@@ -221,6 +229,8 @@ def print_summary(summary: dict[str, Any]) -> None:
         rows.append(
             ("tick jitter p50 / p99", f"{summary['jitter_p50_ms']:.2f} / {summary['jitter_p99_ms']:.2f} ms")
         )
+    if summary.get("arm"):
+        rows.append(("arm: clamps, holds, stops", ", ".join(f"{k} {v}" for k, v in summary["arm"].items())))
     for name, value in rows:
         table.add_row(name, str(value))
     Console().print(table)

@@ -1,7 +1,8 @@
 """The last check before a command reaches the robot: clip to the action bounds, count clamps.
 
-The sim needs no more than this; the real arm's safety layer (rate limits, watchdog,
-emergency stop) is the Hardware issue's and wraps the same call.
+The sim needs no more than this. A real arm's env (:mod:`robotrl.hardware.env`) passes
+every command it sends, the human's included, through its own safety layer as well
+(joint limits, rate and speed limits, workspace box, watchdog, emergency stop).
 """
 
 from __future__ import annotations

@@ -366,6 +366,83 @@ class ReplayConfig:
 
 
 @dataclass
+class ProfileConfig:
+    samples: int = 200
+    """Inferences timed for the profile (after the warm-up)."""
+    warmup: int = 10
+    """Inferences run first and not timed (lazy initialisation, caches, CUDA kernels)."""
+    delay: int = 4
+    """Committed prefix length given to each inference (clipped to policy.max_delay)."""
+    output: str = "runs/latency_profile.json"
+    """Profile file to write; replay it with actor.latency.kind=empirical actor.latency.profile_path=..."""
+
+
+@dataclass
+class SafetyConfig:
+    joint_low: list[float] = field(default_factory=list)
+    """Lowest command per joint (action units, the robot's action order); empty: the SO-101's ranges."""
+    joint_high: list[float] = field(default_factory=list)
+    """Highest command per joint; empty: the SO-101's ranges."""
+    max_step: float = 4.0
+    """Largest change of a joint's command per tick (degrees; gripper units); 0 turns it off."""
+    max_velocity: float = 240.0
+    """Measured joint speed (units/s) above which the arm is held where it is; 0 turns it off."""
+    workspace_low: list[float] = field(default_factory=list)
+    """Lower corner (x, y, z metres, base frame) of the box the gripper stays in; empty: no box."""
+    workspace_high: list[float] = field(default_factory=list)
+    """Upper corner of the gripper's box."""
+    watchdog_s: float = 0.25
+    """Hold the arm when no command was sent for this long (a stuck or crashed control loop)."""
+    disable_torque_on_stop: bool = False
+    """On an emergency stop or an actor exit, also switch torque off (the arm goes limp: support it)."""
+    max_read_failures: int = 10
+    """Failed bus reads in a row before the actor stops (each one is counted and survived)."""
+
+
+@dataclass
+class HardwareConfig:
+    robot_type: str | None = None
+    """lerobot robot type (so101_follower, so100_follower, koch_follower, ...); null drives the sim."""
+    robot_port: str = "/dev/ttyACM0"
+    """Serial port of the follower arm (find it with `lerobot-find-port`)."""
+    robot_id: str = "robotrl_follower"
+    """lerobot id of the arm: names its calibration file."""
+    calibration_dir: str | None = None
+    """Folder of lerobot calibration files; null uses lerobot's default (~/.cache/huggingface/lerobot)."""
+    cameras: dict[str, Any] = field(default_factory=dict)
+    """Camera name -> lerobot camera config fields, e.g. front: {type: opencv, index_or_path: 0,
+    width: 640, height: 480, fps: 30}. Names become observation.images.<name>."""
+    robot_options: dict[str, Any] = field(default_factory=dict)
+    """Further fields of lerobot's robot config (e.g. max_relative_target, use_degrees)."""
+    teleop_type: str | None = None
+    """lerobot teleoperator for interventions (so101_leader, gamepad, keyboard); null: none."""
+    teleop_port: str = "/dev/ttyACM1"
+    """Serial port of a leader arm."""
+    teleop_id: str = "robotrl_leader"
+    """lerobot id of the teleoperator (its calibration file)."""
+    teleop_options: dict[str, Any] = field(default_factory=dict)
+    """Further fields of lerobot's teleoperator config."""
+    keys: bool = True
+    """Read single keys in the actor's terminal: space e-stop, s success, f failure, i take over,
+    n next episode."""
+    reset_wait: bool = True
+    """With keys: before each episode after the first, hold the arm until n (the scene is reset by hand)."""
+    estop_event: str | None = None
+    """A teleoperator event (lerobot TeleopEvents value, e.g. terminate_episode) that e-stops the arm."""
+    success_reward: float = 1.0
+    """Reward of a success (key, teleoperator button or detector)."""
+    instruction: str = ""
+    """The task instruction given to the policy (the sim's come from its task)."""
+    success_detector: str | None = None
+    """'module:function' called with every Observation; True ends the episode as a success.
+    Null: success comes from the human (key s or a teleoperator button)."""
+    safety: SafetyConfig = field(default_factory=SafetyConfig)
+    """Limits every command passes."""
+    check_seconds: float = 0.0
+    """`robotrl check-arm`: how long to read the limp arm (0: until Ctrl-C)."""
+
+
+@dataclass
 class RobotRLConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -377,6 +454,8 @@ class RobotRLConfig:
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
     dataset: str | None = None
     """Local LeRobotDataset directory of demonstrations (`robotrl pretrain dataset=...`)."""
     run_dir: str = "runs/default"
@@ -512,8 +591,45 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     out += _launch_problems(cfg.launch)
     out += _experiment_problems(cfg.experiment)
     out += _replay_problems(cfg.replay)
+    out += _hardware_problems(cfg.hardware)
+    out += _positive("profile.samples", cfg.profile.samples)
+    if cfg.profile.warmup < 0:
+        out.append(("profile.warmup", f"must be >= 0, got {cfg.profile.warmup}"))
+    if cfg.profile.delay < 0:
+        out.append(("profile.delay", f"must be >= 0, got {cfg.profile.delay}"))
+    if not cfg.profile.output.strip():
+        out.append(("profile.output", "must name a file"))
     if cfg.dataset is not None and not cfg.dataset.strip():
         out.append(("dataset", "must be a local LeRobotDataset directory or null, got an empty string"))
+    return out
+
+
+def _hardware_problems(hw: HardwareConfig) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    s = hw.safety
+    if len(s.joint_low) != len(s.joint_high):
+        out.append(("hardware.safety.joint_high", "needs as many entries as joint_low"))
+    elif any(lo > hi for lo, hi in zip(s.joint_low, s.joint_high, strict=True)):
+        out.append(("hardware.safety.joint_low", "exceeds joint_high for some joint"))
+    for name in ("max_step", "max_velocity"):
+        if getattr(s, name) < 0:
+            out.append((f"hardware.safety.{name}", f"must be >= 0 (0: off), got {getattr(s, name)}"))
+    box = (s.workspace_low, s.workspace_high)
+    if any(box) and not all(len(c) == 3 for c in box):
+        out.append(("hardware.safety.workspace_low", "a workspace box needs two corners of 3 numbers"))
+    elif all(box) and any(lo >= hi for lo, hi in zip(*box, strict=True)):
+        out.append(("hardware.safety.workspace_low", "must be below workspace_high on every axis"))
+    out += _positive("hardware.safety.watchdog_s", s.watchdog_s)
+    out += _positive("hardware.safety.max_read_failures", s.max_read_failures)
+    if hw.success_detector is not None and hw.success_detector.count(":") != 1:
+        out.append(("hardware.success_detector", f"must be 'module:function', got {hw.success_detector!r}"))
+    if hw.check_seconds < 0:
+        out.append(("hardware.check_seconds", f"must be >= 0 (0: until Ctrl-C), got {hw.check_seconds}"))
+    if hw.robot_type is not None and not hw.robot_type.strip():
+        out.append(("hardware.robot_type", "must be a lerobot robot type or null"))
+    for cam, fields_ in hw.cameras.items():
+        if not isinstance(fields_, dict) or "type" not in fields_:
+            out.append((f"hardware.cameras.{cam}", "needs a lerobot camera config with a type (e.g. opencv)"))
     return out
 
 

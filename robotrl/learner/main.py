@@ -90,6 +90,11 @@ def build_learner(
 
 
 def _env_spec(cfg: RobotRLConfig) -> EnvSpec:
+    if cfg.hardware.robot_type is not None:  # a real arm on the actor's host: its spec from config
+        from robotrl.hardware.factory import hardware_spec
+
+        arm: EnvSpec = hardware_spec(cfg)
+        return arm
     from robotrl.sim import make_env
 
     env = make_env(cfg.env)

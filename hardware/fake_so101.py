@@ -1,0 +1,43 @@
+"""lerobot's SO-101 follower and leader on :mod:`~robotrl.hardware.fake_serial` servos."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lerobot.robots.so_follower import SOFollower
+from lerobot.teleoperators.so_leader import SOLeader
+from robotrl.hardware.config_fake_so101 import FakeServoOptions, FakeSO101Config, FakeSO101LeaderConfig
+from robotrl.hardware.fake_serial import RESOLUTION, FakeServoChain, attach_fake_servos, calibrated_chain
+
+
+def _fake_bus(device: Any, options: FakeServoOptions) -> FakeServoChain:
+    names = list(device.bus.motors)
+    ids = [m.id for m in device.bus.motors.values()]
+    lo, hi = options.latency_ms
+    chain, calibration = calibrated_chain(
+        names, ids, latency_s=(lo / 1e3, hi / 1e3), corrupt_prob=options.corrupt_prob, seed=options.seed
+    )
+    for servo in chain.servos.values():
+        servo.actual += options.pose_degrees * RESOLUTION / 360.0
+    device.calibration = calibration
+    device.bus.calibration = calibration
+    attach_fake_servos(device.bus, chain)
+    return chain
+
+
+class FakeSO101(SOFollower):  # type: ignore[misc]  # lerobot is untyped
+    config_class = FakeSO101Config
+    name = "robotrl_fake_so101"
+
+    def __init__(self, config: FakeSO101Config) -> None:
+        super().__init__(config)
+        self.servos = _fake_bus(self, config)
+
+
+class FakeSO101Leader(SOLeader):  # type: ignore[misc]
+    config_class = FakeSO101LeaderConfig
+    name = "robotrl_fake_so101_leader"
+
+    def __init__(self, config: FakeSO101LeaderConfig) -> None:
+        super().__init__(config)
+        self.servos = _fake_bus(self, config)
