@@ -149,6 +149,7 @@ def test_intervention_flows_into_transitions_with_its_flag(tmp_path, close_after
         env, InProcessInference(PolicySlots(HoldPolicy(), HoldPolicy())), cfg, 8, None, sink=recorded.extend
     )
     keys.type("i")  # take over for the first ticks
+    wait_until(lambda: keys.source._keys.qsize() == 1, 10, "the reader thread to take the key")
     ticked = []
 
     class GiveBack:
