@@ -92,7 +92,11 @@ class RAPI(PolicyTrainer):
         super().__init__(policy, cfg, device)
         horizon, action_dim = int(policy.horizon), int(policy.action_dim)
         cams = dict(cameras) if cfg.critic_images else {}
-        self.critic = Critic(state_dim, cams, horizon, action_dim, cfg.critic_hidden).to(device)
+        self.critic = Critic(state_dim, cams, horizon, action_dim, cfg.critic_hidden)
+        normalization = getattr(policy, "normalization", None)
+        if callable(normalization):
+            self.critic.set_normalization(normalization())
+        self.critic.to(device)
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr)
         self.critic_updates = 0
