@@ -228,3 +228,19 @@ def test_the_critic_reads_state_in_the_policys_normalised_units():
         gaps[name] = float(q1[good].mean() - q1[~good].mean())
     assert gaps["normalised"] > 0.8, gaps  # true gap: 1
     assert gaps["raw"] < 0.5, gaps  # what the critic learnt before it read the policy's statistics
+
+
+def test_actor_weights_are_a_weighted_mean_and_the_policy_has_its_own_learning_rate():
+    """Scaling every advantage weight by 100 leaves the policy gradient unchanged (weights choose
+    what to imitate, not how far to step), and ``policy_lr`` sets the policy optimiser alone."""
+    buf = two_mode_replay(4)
+    batch = to_torch(buf.sample(64, np.random.default_rng(5)), CPU)
+    grads = []
+    for scale in (1.0, 100.0):
+        torch.manual_seed(4)
+        algo = RAPI(MLPChunkPolicy(2, 4, 1), quick_cfg(lr=1e-3, policy_lr=1e-4), CPU, 2, {})
+        assert algo.policy_opt.param_groups[0]["lr"] == 1e-4
+        assert algo.critic_opt.param_groups[0]["lr"] == 1e-3
+        algo._policy_step(batch, torch.linspace(0.1, 3.0, 64) * scale)
+        grads.append(torch.cat([p.grad.flatten() for p in algo.policy_params]))
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-7)
