@@ -161,7 +161,10 @@ class LearnerConfig:
     critic_warmup_updates: int = 2560
     """Critic updates before the first actor update."""
     lr: float = 3.0e-4
-    """Adam learning rate for every network."""
+    """Adam learning rate of the critic (and of the policy when ``policy_lr`` is unset)."""
+    policy_lr: float | None = None
+    """Adam learning rate of the policy; None uses ``lr``. Fine-tuning a pretrained policy
+    wants a smaller one than a critic learning from scratch."""
     online_capacity: int = 200_000
     """Transitions the online buffer holds."""
     anchor_capacity: int = 100_000
@@ -532,6 +535,8 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     if lrn.critic_warmup_updates < 0:
         out.append(("learner.critic_warmup_updates", f"must be >= 0, got {lrn.critic_warmup_updates}"))
     out += _positive("learner.lr", lrn.lr)
+    if lrn.policy_lr is not None:
+        out += _positive("learner.policy_lr", lrn.policy_lr)
     out += _positive("learner.online_capacity", lrn.online_capacity)
     out += _positive("learner.anchor_capacity", lrn.anchor_capacity)
     if lrn.max_policy_lag is not None and lrn.max_policy_lag < 0:

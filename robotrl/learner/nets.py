@@ -4,6 +4,10 @@ The observation encoder reads the state and, optionally, every camera through a
 small strided CNN (pooled to a few features per camera), so the critic can see an
 object the state does not report. The executed chunk enters flattened, with its
 padding mask, so a short chunk at an episode's end is not confused with zeros.
+
+State and actions are z-scored with the policy's statistics (:meth:`Critic.set_normalization`):
+raw joint angles in degrees are a hundred to a thousand times larger than an object's
+position in metres, and unscaled they drown the very features that tell success from failure.
 """
 
 from __future__ import annotations
@@ -55,9 +59,11 @@ class ObsEncoder(nn.Module):
         )
         self.steps = {cam: 2 if min(shape[:2]) > 64 else 1 for cam, shape in cameras.items()}
         self.out_dim = state_dim + image_features * len(self.cameras)
+        self.register_buffer("state_mean", torch.zeros(state_dim))
+        self.register_buffer("state_std", torch.ones(state_dim))
 
     def forward(self, obs: Mapping[str, Any], prefix: str = "") -> torch.Tensor:
-        parts = [obs[prefix + STATE_KEY].float()]
+        parts = [(obs[prefix + STATE_KEY].float() - self.state_mean) / self.state_std]
         for cam in self.cameras:
             step = self.steps[cam]
             # Subsample while still uint8 (a quarter of the bytes to convert), then NCHW floats.
@@ -88,10 +94,25 @@ class Critic(nn.Module):
         self.q1 = mlp(q_in, hidden, 1)
         self.q2 = mlp(q_in, hidden, 1)
         self.v = mlp(self.encoder.out_dim, hidden, 1)
+        self.register_buffer("action_mean", torch.zeros(action_dim))
+        self.register_buffer("action_std", torch.ones(action_dim))
+
+    def set_normalization(self, stats: Mapping[str, Any]) -> None:
+        """Z-score inputs with ``state_mean``/``state_std``/``action_mean``/``action_std`` (the policy's)."""
+        with torch.no_grad():
+            for module, names in (
+                (self.encoder, ("state_mean", "state_std")),
+                (self, ("action_mean", "action_std")),
+            ):
+                for name in names:
+                    buf = getattr(module, name)
+                    value = torch.as_tensor(stats[name], dtype=buf.dtype).reshape(buf.shape)
+                    buf.copy_(value.clamp_min(1e-3) if name.endswith("_std") else value)
 
     def q(self, features: torch.Tensor, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         mask = batch[ACTION_MASK_KEY].float()
-        chunk = (batch[ACTION_KEY].float() * mask[..., None]).flatten(1)
+        actions = (batch[ACTION_KEY].float() - self.action_mean) / self.action_std
+        chunk = (actions * mask[..., None]).flatten(1)
         x = torch.cat([features, chunk, mask], dim=-1)
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 

@@ -8,8 +8,9 @@ After the asynchronous replay-anchored post-training of RAPolicy (see REFERENCE.
   heads share one observation encoder (one image pass per batch); the target
   critic moves by Polyak averaging.
 - Actor: the policy's own per-sample supervised loss, weighted per sample by
-  ``w = exp(clip(A / beta, -c, c))`` with ``A = min Q(s, a) - V(s)`` from the target critic. The
-  policy is given the committed prefix; its loss covers only the continuation.
+  ``w = exp(clip(A / beta, -c, c))`` with ``A = min Q(s, a) - V(s)`` from the target critic
+  (a weighted mean over the batch). The policy is given the committed prefix; its loss covers
+  only the continuation.
 - Schedule: an update group is ``critic_updates_per_group`` critic updates, then
   ``actor_updates_per_group`` actor updates once the critic has had
   ``critic_warmup_updates``; the loop publishes weights after a group that
@@ -55,7 +56,7 @@ class PolicyTrainer:
         self.policy, self.cfg, self.device = policy, cfg, device
         policy.to(device)
         self.policy_params = [p for p in policy.parameters() if p.requires_grad]
-        self.policy_opt = torch.optim.Adam(self.policy_params, lr=cfg.lr)
+        self.policy_opt = torch.optim.Adam(self.policy_params, lr=cfg.policy_lr or cfg.lr)
         self.actor_updates = 0
 
     def _batch(self, next_batch: NextBatch) -> dict[str, Any]:
@@ -65,7 +66,9 @@ class PolicyTrainer:
         self.policy.train()
         with autocast(self.device):
             per_sample = self.policy.per_sample_loss(batch).float()
-        loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
+        # Weights are self-normalised (a weighted mean): they choose which samples to imitate, not
+        # how far to step, so RAPI's step size is BC's and a batch of large weights cannot blow it up.
+        loss = (per_sample * weights).sum() / weights.sum() if weights is not None else per_sample.mean()
         self.policy_opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.policy_params, self.cfg.grad_clip)
@@ -92,7 +95,11 @@ class RAPI(PolicyTrainer):
         super().__init__(policy, cfg, device)
         horizon, action_dim = int(policy.horizon), int(policy.action_dim)
         cams = dict(cameras) if cfg.critic_images else {}
-        self.critic = Critic(state_dim, cams, horizon, action_dim, cfg.critic_hidden).to(device)
+        self.critic = Critic(state_dim, cams, horizon, action_dim, cfg.critic_hidden)
+        normalization = getattr(policy, "normalization", None)
+        if callable(normalization):
+            self.critic.set_normalization(normalization())
+        self.critic.to(device)
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr)
         self.critic_updates = 0

@@ -31,6 +31,7 @@ def test_learner_presets_compose():
         ("learner.torch_threads=-1", "learner.torch_threads"),
         ("learner.prefetch_batches=-1", "learner.prefetch_batches"),
         ("learner.max_samples_per_insert=0", "learner.max_samples_per_insert"),
+        ("learner.policy_lr=0", "learner.policy_lr"),
     ],
 )
 def test_bad_learner_values_fail_naming_the_field(override, field):

@@ -177,3 +177,70 @@ def test_rapi_runs_on_cuda_with_bf16_autocast_and_pinned_batches():
     assert metrics["actor_updates"] == 10 and all(np.isfinite(v) for v in metrics.values())
     assert next(algo.critic.parameters()).device.type == "cuda"
     assert all(np.isfinite(w).all() for w in algo.policy_weights().values())
+
+
+class NormalizedMLPPolicy(MLPChunkPolicy):
+    """The MLP double with the flow policy's ``normalization()`` (training-data statistics)."""
+
+    def __init__(self, stats: dict[str, np.ndarray], *args: int) -> None:
+        super().__init__(*args)
+        self.stats = stats
+
+    def normalization(self) -> dict[str, np.ndarray]:
+        return self.stats
+
+
+def scaled_outcome_replay(rng: np.random.Generator) -> ChunkReplay:
+    """One-tick episodes whose outcome (reward 1 or 0) only a millimetre-scale feature tells,
+    beside a joint-angle-scale feature (degrees, std 50) that tells nothing: the pick-place state."""
+    buf = ChunkReplay(ReplaySpec(2, 1, 1, gamma=0.99), 4096)
+    for ep in range(200):
+        good = ep % 2 == 0
+        b = episode_batch("a", ep, range(1), end="terminated", rewards=[float(good)], action_dim=1, delay=0)
+        state = np.array([[rng.normal(0.0, 50.0), 0.002 if good else -0.002]], np.float32)
+        buf.add(dataclasses.replace(b, state=state, next_state=state))
+    return buf
+
+
+def test_the_critic_reads_state_in_the_policys_normalised_units():
+    """Raw inputs hide a small-scale feature behind large ones; the policy's statistics reveal it."""
+    buf = scaled_outcome_replay(np.random.default_rng(3))
+    stats = {
+        "state_mean": np.zeros(2, np.float32),
+        "state_std": np.array([50.0, 0.002], np.float32),
+        "action_mean": np.zeros(1, np.float32),
+        "action_std": np.ones(1, np.float32),
+    }
+    gaps = {}
+    for name, policy in (
+        ("raw", MLPChunkPolicy(2, 1, 1)),
+        ("normalised", NormalizedMLPPolicy(stats, 2, 1, 1)),
+    ):
+        torch.manual_seed(0)
+        rng = np.random.default_rng(0)
+        algo = RAPI(policy, quick_cfg(), CPU, 2, {})
+        for _ in range(300):
+            algo.critic_step(to_torch(buf.sample(64, rng), CPU))
+        batch = to_torch(buf.sample(256, rng), CPU)
+        good = batch[STATE_KEY][:, 1] > 0
+        with torch.no_grad():
+            q1, _, _ = algo.critic(batch)
+        gaps[name] = float(q1[good].mean() - q1[~good].mean())
+    assert gaps["normalised"] > 0.8, gaps  # true gap: 1
+    assert gaps["raw"] < 0.5, gaps  # what the critic learnt before it read the policy's statistics
+
+
+def test_actor_weights_are_a_weighted_mean_and_the_policy_has_its_own_learning_rate():
+    """Scaling every advantage weight by 100 leaves the policy gradient unchanged (weights choose
+    what to imitate, not how far to step), and ``policy_lr`` sets the policy optimiser alone."""
+    buf = two_mode_replay(4)
+    batch = to_torch(buf.sample(64, np.random.default_rng(5)), CPU)
+    grads = []
+    for scale in (1.0, 100.0):
+        torch.manual_seed(4)
+        algo = RAPI(MLPChunkPolicy(2, 4, 1), quick_cfg(lr=1e-3, policy_lr=1e-4), CPU, 2, {})
+        assert algo.policy_opt.param_groups[0]["lr"] == 1e-4
+        assert algo.critic_opt.param_groups[0]["lr"] == 1e-3
+        algo._policy_step(batch, torch.linspace(0.1, 3.0, 64) * scale)
+        grads.append(torch.cat([p.grad.flatten() for p in algo.policy_params]))
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-7)
