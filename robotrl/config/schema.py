@@ -364,7 +364,8 @@ class ReplayConfig:
     episodes: list[int] = field(default_factory=list)
     """Episode indices of the dataset to replay; empty for all."""
     seed: int = 0
-    """Reset seed of the dataset's episode 0; episode i used seed + i (as `robotrl record` does)."""
+    """Reset seed of the dataset's episode 0; episode i used seed + i (as `robotrl record` does).
+    Actor recordings (actor.record_dataset) store each episode's seed, which wins."""
     tolerance: float = 1e-4
     """open_loop: largest state difference (joint units) still counted as reproduced."""
     output: str | None = None

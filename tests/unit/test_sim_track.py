@@ -33,7 +33,7 @@ def test_target_moves_on_a_circle_with_the_observed_velocity():
     central = (pos[2:] - pos[:-2]) / (2 * dt)
     np.testing.assert_allclose(central, vel[1:-1], atol=2e-3)  # the state's velocity is the motion's
     speed = np.linalg.norm(vel, axis=1)
-    assert 0.04 * TRACK_OMEGA < speed.min() and speed.max() < 0.08 * TRACK_OMEGA
+    assert speed.min() > 0.04 * TRACK_OMEGA and speed.max() < 0.08 * TRACK_OMEGA
     assert np.ptp(pos[:, 2]) < 1e-6  # a horizontal circle
 
 
