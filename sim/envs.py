@@ -34,10 +34,10 @@ REST_POSE_UNITS = np.array([0.0, -90.0, 85.0, 60.0, 0.0, 20.0], dtype=np.float32
 """Start pose (lerobot units): arm folded above the base, gripper slightly open."""
 REACH_TOLERANCE = 0.02
 """Reach succeeds when the fingertip frame is this close to the target (m)."""
-TRACK_TOLERANCE = 0.02
+TRACK_TOLERANCE = 0.04
 """Tracking counts a tick as on target when the fingertip is this close to the moving target (m)."""
-TRACK_HOLD_TICKS = 45
-"""Tracking succeeds after this many consecutive ticks on target (1.5 s at 30 Hz)."""
+TRACK_HOLD_TICKS = 60
+"""Tracking succeeds after this many consecutive ticks on target (2 s at 30 Hz)."""
 TRACK_OMEGA = 2.4
 """Angular speed of the tracked target on its circle (rad/s, counter-clockwise seen from above):
 the same in every episode, so the target's position and velocity determine its whole path."""
