@@ -133,7 +133,8 @@ def table(rows: list[dict[str, Any]], title: str) -> Table:
 
 
 def findings(rows: list[dict[str, Any]]) -> list[str]:
-    """prefix versus naive_async per latency: better, worse or within the intervals (measured)."""
+    """prefix versus naive_async per latency: success better, worse or within the intervals, and
+    the action jerk of each (measured)."""
     out = []
     by = {(r["latency"], r["strategy"]): r for r in rows}
     for latency in dict.fromkeys(r["latency"] for r in rows):
@@ -148,5 +149,6 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
             verdict = "within the 95% intervals of"
         out.append(
             f"{latency}: prefix {p['success_rate']:.0%} is {verdict} naive_async {n['success_rate']:.0%}"
+            f"; jerk RMS {p['jerk_rms']:.0f} vs {n['jerk_rms']:.0f}"
         )
     return out
