@@ -28,6 +28,7 @@ def _record(tmp_path: Path, *overrides: str) -> tuple[dict, LeRobotDataset]:
     return summary, LeRobotDataset("local/episodes", root=root)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("cameras", [[], ["front", "wrist"]], ids=["state_only", "cameras"])
 def test_lerobot_loads_the_recorded_episodes_with_the_actor_stamps(tmp_path: Path, cameras: list[str]):
@@ -52,6 +53,7 @@ def test_lerobot_loads_the_recorded_episodes_with_the_actor_stamps(tmp_path: Pat
         assert item[f"observation.images.{cam}"].shape == (3, 32, 32)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_replay_open_loop_reproduces_an_actor_recording_from_its_stored_seeds(tmp_path: Path):
     _record(tmp_path, "env.cameras=[]")
