@@ -1,10 +1,12 @@
-"""Gymnasium environments of the SO-101 tasks: reach a target; pick a cube and place it.
+"""Gymnasium environments of the SO-101 tasks: reach a target; track a moving target; pick a
+cube and place it.
 
 Actions are absolute joint targets in lerobot's ``so101_follower`` units (see
 :mod:`robotrl.sim.so101`), held by the servos' position controllers for the several
 physics substeps of one control tick. The observation is a dict: ``"state"`` (joint
 positions in action units, joint velocities in units/s, the goal position, then the
-cube pose when privileged) and one uint8 RGB image per camera.
+cube pose when privileged) and one uint8 RGB image per camera. The tracking task adds the
+target's velocity after its position.
 
 Domain randomisation draws everything from the reset seed: object and goal poses,
 cube friction and mass, colours, light, camera pose, and joint calibration offsets
@@ -32,6 +34,13 @@ REST_POSE_UNITS = np.array([0.0, -90.0, 85.0, 60.0, 0.0, 20.0], dtype=np.float32
 """Start pose (lerobot units): arm folded above the base, gripper slightly open."""
 REACH_TOLERANCE = 0.02
 """Reach succeeds when the fingertip frame is this close to the target (m)."""
+TRACK_TOLERANCE = 0.04
+"""Tracking counts a tick as on target when the fingertip is this close to the moving target (m)."""
+TRACK_HOLD_TICKS = 60
+"""Tracking succeeds after this many consecutive ticks on target (2 s at 30 Hz)."""
+TRACK_OMEGA = 2.4
+"""Angular speed of the tracked target on its circle (rad/s, counter-clockwise seen from above):
+the same in every episode, so the target's position and velocity determine its whole path."""
 
 
 @dataclass(frozen=True)
@@ -39,10 +48,12 @@ class TaskInfo:
     name: str
     instruction: str
     with_cube: bool
+    moving: bool = False
 
 
 TASKS = {
     "reach": TaskInfo("reach", "move the gripper tip to the red ball", with_cube=False),
+    "track": TaskInfo("track", "keep the gripper tip on the moving red ball", with_cube=False, moving=True),
     "pick_place": TaskInfo(
         "pick_place", "pick up the red cube and place it on the green disc", with_cube=True
     ),
@@ -119,6 +130,8 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         self.observation_space = gym.spaces.Dict(spaces)  # type: ignore[assignment]
         self._renderer: mujoco.Renderer | None = None
         self._tick = 0
+        self._track = (np.zeros(3), 0.0, 0.0)  # tracking: circle centre, radius, start angle
+        self._on_target = 0  # tracking: consecutive ticks on target
         self.clipped_actions = 0
         """Actions (ticks) clipped to the joint ranges this episode."""
 
@@ -126,6 +139,8 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
     def _state_names(self) -> tuple[str, ...]:
         names = [f"{j}.pos" for j in so101.JOINTS] + [f"{j}.vel" for j in so101.JOINTS]
         names += ["goal.x", "goal.y", "goal.z"]
+        if self.task.moving:
+            names += ["goal.vx", "goal.vy", "goal.vz"]
         if self.privileged_state and self.task.with_cube:
             names += ["cube.x", "cube.y", "cube.z", "cube.qw", "cube.qx", "cube.qy", "cube.qz"]
         return tuple(names)
@@ -147,6 +162,7 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         self._place_task_objects(rng)
         mujoco.mj_forward(m, d)
         self._tick = 0
+        self._on_target = 0
         self.clipped_actions = 0
         return self._observe(), self._info(False)
 
@@ -162,6 +178,8 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         self.data.ctrl[:] = so101.units_to_rad(clipped) - self._offsets
         mujoco.mj_step(self.model, self.data, nstep=self.substeps)
         self._tick += 1
+        if self.task.moving:
+            self._move_target()
         success = self._success()
         reward = float(success) + (self._shaping() if self.dense_reward else 0.0)
         truncated = self._tick >= self.max_episode_ticks and not success
@@ -196,8 +214,32 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         pose: Array = self.data.qpos[self._cube_q : self._cube_q + 7].copy()
         return pose
 
+    @property
+    def goal_vel(self) -> Array:
+        """The target's velocity (m/s); zero unless it moves."""
+        if not self.task.moving:
+            return np.zeros(3)
+        _, radius, angle0 = self._track
+        angle = angle0 + TRACK_OMEGA * self._tick / self.control_hz
+        return np.array([-math.sin(angle), math.cos(angle), 0.0]) * radius * TRACK_OMEGA
+
+    def _move_target(self) -> None:
+        """Put the tracked target where its circle has it at this tick."""
+        centre, radius, angle0 = self._track
+        angle = angle0 + TRACK_OMEGA * self._tick / self.control_hz
+        self.model.body_pos[self._goal_body] = centre + radius * np.array(
+            [math.cos(angle), math.sin(angle), 0.0]
+        )
+        mujoco.mj_kinematics(self.model, self.data)
+
     def _place_task_objects(self, rng: np.random.Generator) -> None:
         m, d = self.model, self.data
+        if self.task.moving:
+            r, az = rng.uniform(0.20, 0.26), rng.uniform(-0.4, 0.4)
+            centre = np.array([r * math.cos(az), r * math.sin(az), rng.uniform(0.06, 0.16)])
+            self._track = (centre, rng.uniform(0.04, 0.07), rng.uniform(-math.pi, math.pi))
+            self._move_target()
+            return
         if not self.task.with_cube:
             r, az = rng.uniform(0.16, 0.30), rng.uniform(-0.6, 0.6)
             m.body_pos[self._goal_body] = [r * math.cos(az), r * math.sin(az), rng.uniform(0.04, 0.20)]
@@ -221,6 +263,10 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         m.body_pos[self._goal_body] = [*zone, 0.001]
 
     def _success(self) -> bool:
+        if self.task.moving:
+            near = np.linalg.norm(self.ee_pos - self.goal_pos) < TRACK_TOLERANCE
+            self._on_target = self._on_target + 1 if near else 0
+            return self._on_target >= TRACK_HOLD_TICKS
         if not self.task.with_cube:
             return bool(np.linalg.norm(self.ee_pos - self.goal_pos) < REACH_TOLERANCE)
         cube = self.data.qpos[self._cube_q : self._cube_q + 3]
@@ -271,6 +317,8 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         d = self.data
         q = d.qpos[self._qadr] + self._offsets
         parts = [so101.rad_to_units(q), so101.velocity_to_units(d.qvel[self._vadr]), self.goal_pos]
+        if self.task.moving:
+            parts.append(self.goal_vel)
         if self.privileged_state and self.task.with_cube:
             parts.append(self.cube_pose)
         obs: dict[str, Array] = {"state": np.concatenate(parts).astype(np.float32)}
@@ -287,7 +335,10 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         return frame
 
     def _info(self, success: bool) -> dict[str, Any]:
-        return {"is_success": success, "tick": self._tick, "clipped_actions": self.clipped_actions}
+        info = {"is_success": success, "tick": self._tick, "clipped_actions": self.clipped_actions}
+        if self.task.moving:
+            info["on_target_ticks"] = self._on_target
+        return info
 
     def joint_units(self) -> FloatArray:
         """Observed joint positions in action units (calibration offsets included)."""

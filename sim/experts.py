@@ -16,12 +16,15 @@ from collections.abc import Sequence
 import mujoco
 import numpy as np
 from robotrl.sim import so101
+from robotrl.sim.envs import TRACK_OMEGA
 from robotrl.sim.registry import task_of
 from robotrl.sim.scene import CUBE_HALF, EE_SITE, SceneOptions, build_model
 from robotrl.sim.so101 import Array
 
 from robotrl.core.types import FloatArray, Observation
 
+TRACK_LEAD_S = 0.05
+"""The tracking expert aims this far ahead of the target (s): the servos lag about that much."""
 SPEED_M_PER_TICK = 0.008
 """Cartesian waypoint speed (m per control tick): about 0.24 m/s at 30 Hz."""
 _DOWN = np.array([0.0, 0.0, -1.0])
@@ -178,6 +181,35 @@ class ReachExpert(_Expert):
         return self._command()
 
 
+class TrackExpert(_Expert):
+    """Keeps the fingertip on the moving target, aiming where the target will be ``lead_s``
+    seconds on (its circle follows from its position and velocity), which hides the servos' lag."""
+
+    def __init__(self, noise: float, seed: int, lead_s: float = TRACK_LEAD_S) -> None:
+        super().__init__(noise, seed)
+        self.lead_s = lead_s
+
+    def act(self, obs: Observation | Array) -> FloatArray:
+        state = _state_of(obs)
+        if state.shape[0] < 18:
+            raise ValueError("the tracking expert needs the target's velocity in the state (SO101Track-v0)")
+        if self.q_cmd is None or _tick_of(obs, 1) == 0:
+            self._start(so101.units_to_rad(state[:6]))
+        self._move_towards(predict_target(state[12:15], state[15:18], self.lead_s))
+        return self._command()
+
+
+def predict_target(pos: Array, vel: Array, ahead_s: float) -> Array:
+    """Where the tracked target will be ``ahead_s`` seconds on: its counter-clockwise circle at
+    TRACK_OMEGA has its centre at ``pos - (vy, -vx, 0) / omega``."""
+    offset = np.array([vel[1], -vel[0], 0.0]) / TRACK_OMEGA
+    centre = pos - offset
+    turn = TRACK_OMEGA * ahead_s
+    c, s = math.cos(turn), math.sin(turn)
+    rotated = np.array([c * offset[0] - s * offset[1], s * offset[0] + c * offset[1], 0.0])
+    return np.asarray(centre + rotated)
+
+
 class PickPlaceExpert(_Expert):
     """Top-down grasp of the cube, carry above the zone, lower, release, retreat."""
 
@@ -257,7 +289,7 @@ class PickPlaceExpert(_Expert):
         self.q_cmd[4] = best
 
 
-def make_expert(env_id: str, noise: float = 0.0, seed: int = 0) -> ReachExpert | PickPlaceExpert:
+def make_expert(env_id: str, noise: float = 0.0, seed: int = 0) -> _Expert:
     """The scripted expert of ``env_id``: ``act(obs) -> action`` in lerobot units."""
-    task = task_of(env_id)
-    return ReachExpert(noise, seed) if task == "reach" else PickPlaceExpert(noise, seed)
+    experts = {"reach": ReachExpert, "track": TrackExpert, "pick_place": PickPlaceExpert}
+    return experts[task_of(env_id)](noise, seed)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,23 +30,44 @@ ROBOT_TYPE = "so101_follower"
 
 
 def dataset_features(
-    state_names: tuple[str, ...], cameras: tuple[str, ...], size: int, video: bool
+    state_names: Sequence[str],
+    camera_shapes: Mapping[str, tuple[int, int, int]],
+    video: bool,
+    action_names: Sequence[str] = so101.ACTION_NAMES,
+    extra: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The lerobot feature spec of a recorded sim dataset."""
+    """The lerobot feature spec of a recorded dataset; ``extra`` adds columns (the actor's stamps)."""
     features: dict[str, Any] = {
         STATE_KEY: {"dtype": "float32", "shape": (len(state_names),), "names": list(state_names)},
-        ACTION_KEY: {"dtype": "float32", "shape": (6,), "names": list(so101.ACTION_NAMES)},
+        ACTION_KEY: {"dtype": "float32", "shape": (len(action_names),), "names": list(action_names)},
         "next.reward": {"dtype": "float32", "shape": (1,), "names": None},
         "next.done": {"dtype": "bool", "shape": (1,), "names": None},
         "next.success": {"dtype": "bool", "shape": (1,), "names": None},
     }
-    for cam in cameras:
+    for cam, shape in camera_shapes.items():
         features[IMAGE_KEY_PREFIX + cam] = {
             "dtype": "video" if video else "image",
-            "shape": (size, size, 3),
+            "shape": tuple(shape),
             "names": ["height", "width", "channels"],
         }
+    features.update(extra or {})
     return features
+
+
+def create_dataset(root: Path, repo_id: str, fps: float, features: dict[str, Any], video: bool) -> Any:
+    """An empty local LeRobotDataset at ``root`` (never pushed to a hub)."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    cameras = [k for k, f in features.items() if f["dtype"] in ("image", "video")]
+    return LeRobotDataset.create(
+        repo_id=repo_id,
+        fps=round(fps),
+        features=features,
+        root=root,
+        robot_type=ROBOT_TYPE,
+        use_videos=video,
+        image_writer_threads=2 if cameras else 0,
+    )
 
 
 def record(cfg: RobotRLConfig) -> int:
@@ -68,8 +90,6 @@ def record(cfg: RobotRLConfig) -> int:
             return 2
         shutil.rmtree(root)
 
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
     e = cfg.env
     env = SO101Env(
         task=task_of(e.id),
@@ -87,15 +107,9 @@ def record(cfg: RobotRLConfig) -> int:
         else tuple(n for n in env.state_names if not n.startswith("cube."))
     )
     keep = np.array([env.state_names.index(n) for n in names])
-    dataset = LeRobotDataset.create(
-        repo_id=rec.repo_id,
-        fps=round(e.control_hz),
-        features=dataset_features(names, env.cameras, e.image_size, rec.video),
-        root=root,
-        robot_type=ROBOT_TYPE,
-        use_videos=rec.video,
-        image_writer_threads=2 if env.cameras else 0,
-    )
+    shapes = {cam: (e.image_size, e.image_size, 3) for cam in env.cameras}
+    features = dataset_features(names, shapes, rec.video)
+    dataset = create_dataset(root, rec.repo_id, e.control_hz, features, rec.video)
     expert = make_expert(e.id, noise=rec.expert_noise, seed=cfg.seed)
     saved = successes = attempts = 0
     columns = (TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"))

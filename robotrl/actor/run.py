@@ -133,6 +133,19 @@ def run_episodes(
     spec = env.spec
     if not cfg.policy.path:
         log.warning("policy.path is not set: running a policy with random weights")
+    dataset = None  # the LeRobotDataset actor.record_dataset asks for
+    if cfg.actor.record_dataset:
+        from robotrl.actor.dataset import DatasetRecorder
+
+        dataset = DatasetRecorder(
+            cfg.actor.record_dataset,
+            spec,
+            seed_base=cfg.actor.seed,
+            block=cfg.actor.virtual_time,  # virtual time: waiting costs nothing, so nothing is dropped
+            video=cfg.actor.record_video,
+            overwrite=cfg.actor.record_overwrite,
+        )
+        sink = _tee(sink, dataset)
     backend, horizon = make_backend(cfg, spec, online)
     latency = build_latency_model(cfg.actor.latency) if cfg.actor.virtual_time else None
     recording = None  # the rerun recording actor.rerun_path asks for, when no observer is given
@@ -183,6 +196,7 @@ def run_episodes(
         signal.signal(signal.SIGINT, previous)
         backend.close()
         env.close()
+        recorded = None if dataset is None else dataset.close()
         if recording is not None:
             recording.close()
             print(
@@ -199,7 +213,26 @@ def run_episodes(
     report = getattr(env, "report", None)  # a real arm: every safety clamp, hold and stop, counted
     if callable(report):
         summary["arm"] = report()
+    if recorded is not None:
+        summary["dataset"] = recorded
+        print(
+            f"episodes recorded as a LeRobotDataset in {recorded['path']} ({recorded['episodes']} "
+            f"episodes, {recorded['frames']} frames, {recorded['dropped_frames']} dropped)",
+            file=sys.stderr,
+        )
     return summary
+
+
+def _tee(first: TransitionSink | None, second: TransitionSink) -> TransitionSink:
+    """A sink handing every batch to ``first`` (when there is one), then to ``second``."""
+    if first is None:
+        return second
+
+    def both(transitions: list[Transition]) -> None:
+        first(transitions)
+        second(transitions)
+
+    return both
 
 
 def print_summary(summary: dict[str, Any]) -> None:

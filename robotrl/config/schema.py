@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 
@@ -136,6 +137,14 @@ class ActorConfig:
     """Consecutive inference errors before the actor stops cleanly."""
     rerun_path: str | None = None
     """Write a rerun recording (.rrd: cameras, joints, generated vs executed chunks, latency) here."""
+    record_dataset: str | None = None
+    """Record the episodes as a LeRobotDataset in this new folder, with the actor's stamps as
+    extra columns (policy version, chunk id, delay, intervention, seed, tick); written off the
+    control thread."""
+    record_video: bool = False
+    """record_dataset: encode camera frames as MP4 video (smaller, slower) instead of PNG images."""
+    record_overwrite: bool = False
+    """record_dataset: replace the folder when it exists."""
 
 
 @dataclass
@@ -361,7 +370,8 @@ class ReplayConfig:
     episodes: list[int] = field(default_factory=list)
     """Episode indices of the dataset to replay; empty for all."""
     seed: int = 0
-    """Reset seed of the dataset's episode 0; episode i used seed + i (as `robotrl record` does)."""
+    """Reset seed of the dataset's episode 0; episode i used seed + i (as `robotrl record` does).
+    Actor recordings (actor.record_dataset) store each episode's seed, which wins."""
     tolerance: float = 1e-4
     """open_loop: largest state difference (joint units) still counted as reproduced."""
     output: str | None = None
@@ -522,6 +532,15 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     out += _positive("actor.max_inference_errors", a.max_inference_errors)
     if not a.actor_id:
         out.append(("actor.actor_id", "must not be empty"))
+    if a.record_dataset is not None and not a.record_dataset.strip():
+        out.append(("actor.record_dataset", "must be a folder path or null, got an empty string"))
+    elif a.record_dataset and Path(a.record_dataset).exists() and not a.record_overwrite:
+        out.append(
+            (
+                "actor.record_dataset",
+                f"{a.record_dataset} exists; pick a new folder or set actor.record_overwrite=true",
+            )
+        )
     out += _positive("learner.batch_size", lrn.batch_size)
     out += _unit_interval("learner.anchor_fraction", lrn.anchor_fraction)
     if not 0 < lrn.gamma <= 1:

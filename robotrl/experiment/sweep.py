@@ -3,7 +3,9 @@ execution strategy, in virtual time on fixed seeds, as a table, a JSON file and 
 
 Each cell runs the serial runner (policy in this process, latency drawn from the model,
 no sleeping), so the sweep is exact, reproducible and much faster than real time; the
-same seeds are used in every cell, so cells differ only by latency and strategy.
+same seeds are used in every cell, so cells differ only by latency and strategy. Without
+``experiment.checkpoint`` the demo's record and pretrain steps make the policy first
+(cached in ``experiment.output_dir``).
 """
 
 from __future__ import annotations
@@ -34,15 +36,23 @@ def cell_config(cfg: RobotRLConfig, latency: str, strategy: str, policy: str) ->
     return out
 
 
-def sweep_policy(cfg: RobotRLConfig) -> str:
-    ex = cfg.experiment
-    path = ex.checkpoint or cfg.policy.path or str(Path(ex.output_dir) / "pretrain" / "policy")
-    if not Path(path).is_dir():
-        raise FileNotFoundError(
-            f"experiment.checkpoint: no policy checkpoint at {path} (run the demo first, or set "
-            "experiment.checkpoint=DIR)"
-        )
-    return path
+def sweep_policy(cfg: RobotRLConfig, console: Console) -> str:
+    """The checkpoint to sweep: ``experiment.checkpoint`` (or ``policy.path``) when set; otherwise
+    the demo's first steps, cached in ``experiment.output_dir``: record ``experiment.demos`` expert
+    demonstrations of the task and pretrain the policy on them."""
+    path = cfg.experiment.checkpoint or cfg.policy.path
+    if path:
+        if not Path(path).is_dir():
+            raise FileNotFoundError(f"experiment.checkpoint: no policy checkpoint at {path}")
+        return path
+    from robotrl.experiment.demo import Demo
+    from robotrl.experiment.steps import Steps
+
+    demo = Demo(cfg, console)
+    demo.steps = Steps(2, console)  # only its record and pretrain steps
+    demo.record()
+    demo.pretrain()
+    return str(demo.pretrained)
 
 
 def run_sweep(cfg: RobotRLConfig) -> int:
@@ -51,7 +61,7 @@ def run_sweep(cfg: RobotRLConfig) -> int:
 
     console = Console()
     ex = cfg.experiment
-    policy = sweep_policy(cfg)
+    policy = sweep_policy(cfg, console)
     out = Path(ex.output_dir) / SWEEP_DIR
     out.mkdir(parents=True, exist_ok=True)
     cells = [(lat, s) for lat in ex.latencies for s in ex.strategies]
@@ -123,7 +133,8 @@ def table(rows: list[dict[str, Any]], title: str) -> Table:
 
 
 def findings(rows: list[dict[str, Any]]) -> list[str]:
-    """prefix versus naive_async per latency: better, worse or within the intervals (measured)."""
+    """prefix versus naive_async per latency: success better, worse or within the intervals, and
+    the action jerk of each (measured)."""
     out = []
     by = {(r["latency"], r["strategy"]): r for r in rows}
     for latency in dict.fromkeys(r["latency"] for r in rows):
@@ -138,5 +149,6 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
             verdict = "within the 95% intervals of"
         out.append(
             f"{latency}: prefix {p['success_rate']:.0%} is {verdict} naive_async {n['success_rate']:.0%}"
+            f"; jerk RMS {p['jerk_rms']:.0f} vs {n['jerk_rms']:.0f}"
         )
     return out

@@ -13,7 +13,8 @@ are the committed prefix, given clean with flow time 1, and carry no loss. At
 inference the prefix rows are clamped to the given prefix at every step, so the
 continuation is generated conditioned on it and the prefix is returned bit-exact.
 Actions and state are z-scored with statistics from the training data, which the
-checkpoint stores beside the weights.
+checkpoint stores beside the weights; state features that were (nearly) constant in the
+training data are held at 0.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ WEIGHTS_FILE = "model.safetensors"
 STATS_FILE = "normalization.safetensors"
 STAT_NAMES = ("state_mean", "state_std", "action_mean", "action_std")
 MIN_STD = 1e-3
+CONSTANT_STATE_STD = 1e-2
+"""A state feature that varied less than this in the training data (a joint the demonstrations
+never moved, a velocity that stayed 0) carries nothing the policy could learn from; its
+normalised value is held at 0. Z-scored by its tiny std instead, the policy's own small
+deviations there blew up to thousands of sigmas (46 000 for the wrist roll velocity on the
+tracking task) and the chunks became noise."""
 POOL = 2  # image tokens per camera: POOL x POOL
 
 
@@ -221,6 +228,7 @@ class FlowChunkPolicy(nn.Module):
     def encode_context(self, state: Tensor, images: Mapping[str, Tensor], tasks: list[str]) -> Tensor:
         """(B, tokens, d) context from raw state (B, S), uint8 images (B, H, W, 3) and B instructions."""
         state_n = (state.float() - self.state_mean) / self.state_std
+        state_n = torch.where(self.state_std >= CONSTANT_STATE_STD, state_n, 0.0)
         if self.spec.state_dim == 0:
             state_n = torch.zeros(state.shape[0], 1, device=self.device)
         tokens = [self.state_proj(state_n).unsqueeze(1)]

@@ -11,8 +11,16 @@ import numpy.typing as npt
 
 from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY
 
-EXTRA_COLUMNS = ("policy_version", "chunk_id", "delay_ticks", "intervention", "next.reward", "next.success")
-"""Columns shown by the view when a dataset has them (actor recordings carry the first four)."""
+EXTRA_COLUMNS = (
+    "policy_version",
+    "chunk_id",
+    "delay_ticks",
+    "intervention",
+    "next.reward",
+    "next.success",
+    "seed",
+)
+"""Columns read when a dataset has them (actor recordings carry all; ``seed`` is the reset seed)."""
 
 
 @dataclass
@@ -26,6 +34,14 @@ class Episode:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def reset_seed(self, base: int) -> int:
+        """The seed the episode was reset with: an actor recording stores it; otherwise
+        ``base + index``, as `robotrl record` numbers them."""
+        seeds = self.extras.get("seed")
+        if seeds is not None and len(seeds):
+            return int(np.asarray(seeds).reshape(-1)[0])
+        return base + self.index
 
     @property
     def success(self) -> bool:

@@ -111,7 +111,7 @@ def open_loop(cfg: RobotRLConfig, episodes: list[Episode]) -> int:
     rows = []
     try:
         for ep in track(episodes, description="open-loop replay", console=console):
-            row = replay_open_loop(env, ep, cfg.replay.seed + ep.index)
+            row = replay_open_loop(env, ep, ep.reset_seed(cfg.replay.seed))
             over = [i for i, e in enumerate(row.pop("errors")) if e > tol]
             row["first_drift_tick"] = over[0] if over else None
             rows.append(row)
@@ -164,7 +164,7 @@ def resim(cfg: RobotRLConfig, episodes: list[Episode]) -> int:
     rows = []
     try:
         for ep in track(episodes, description="re-simulating", console=console):
-            result = loop.run_episode(ep.index, seed=cfg.replay.seed + ep.index)
+            result = loop.run_episode(ep.index, seed=ep.reset_seed(cfg.replay.seed))
             rows.append(
                 {
                     "episode": ep.index,

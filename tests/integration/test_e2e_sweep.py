@@ -47,3 +47,29 @@ def test_latency_sweep_writes_one_row_per_cell_and_a_plot(tmp_path: Path):
     assert rows[3]["mean_delay_ticks"] == pytest.approx(12, abs=1)
     assert rows[1]["mean_delay_ticks"] in (None, 0.0)
     assert (out / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_without_a_checkpoint_the_sweep_records_and_pretrains_on_the_tracking_task(tmp_path: Path):
+    cfg = load_config(
+        [
+            "experiment=latency_sweep",
+            f"experiment.output_dir={tmp_path}",
+            "experiment.demos=2",
+            "experiment.pretrain_steps=20",
+            "pretrain.val_every=10",
+            "pretrain.checkpoint_every=10",
+            "pretrain.warmup_steps=5",
+            "env.max_episode_ticks=30",
+            "experiment.latencies=[constant:0.2]",
+            "experiment.strategies=[naive_async,prefix]",
+            "experiment.sweep_episodes=1",
+        ]
+    )
+    assert cfg.env.id == "robotrl/SO101Track-v0" and cfg.env.cameras == []
+    assert run_sweep(cfg) == 0
+    assert (tmp_path / "demos" / "meta" / "info.json").is_file()
+    result = json.loads((tmp_path / "latency_sweep" / "results.json").read_text())
+    assert result["policy"] == str(tmp_path / "pretrain" / "policy")
+    assert [r["strategy"] for r in result["rows"]] == ["naive_async", "prefix"]

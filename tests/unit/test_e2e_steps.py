@@ -57,10 +57,35 @@ def test_bad_latency_specs_name_themselves(bad: str):
 
 def test_sweep_findings_compare_prefix_with_naive_async_by_interval():
     rows = [
-        {"latency": "constant:0.4", "strategy": "prefix", "success_rate": 0.9, "ci95": [0.8, 0.95]},
-        {"latency": "constant:0.4", "strategy": "naive_async", "success_rate": 0.3, "ci95": [0.2, 0.45]},
-        {"latency": "constant:0", "strategy": "prefix", "success_rate": 0.5, "ci95": [0.3, 0.7]},
-        {"latency": "constant:0", "strategy": "naive_async", "success_rate": 0.6, "ci95": [0.4, 0.8]},
+        {
+            "latency": "constant:0.4",
+            "strategy": "prefix",
+            "success_rate": 0.9,
+            "ci95": [0.8, 0.95],
+            "jerk_rms": 10,
+        },
+        {
+            "latency": "constant:0.4",
+            "strategy": "naive_async",
+            "success_rate": 0.3,
+            "ci95": [0.2, 0.45],
+            "jerk_rms": 30,
+        },
+        {
+            "latency": "constant:0",
+            "strategy": "prefix",
+            "success_rate": 0.5,
+            "ci95": [0.3, 0.7],
+            "jerk_rms": 10,
+        },
+        {
+            "latency": "constant:0",
+            "strategy": "naive_async",
+            "success_rate": 0.6,
+            "ci95": [0.4, 0.8],
+            "jerk_rms": 10,
+        },
     ]
     out = findings(rows)
     assert "better than" in out[0] and "within" in out[1]
+    assert out[0].endswith("jerk RMS 10 vs 30")

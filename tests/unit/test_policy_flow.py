@@ -286,3 +286,30 @@ def test_state_only_policy_needs_no_images():
     )
     chunk = policy.infer(Observation(0, np.zeros(S, np.float32)), None, 0)
     assert chunk.shape == (H, A)
+
+
+def test_a_state_feature_constant_in_training_cannot_move_the_chunk():
+    """The wrist roll velocity the demonstrations never moved: z-scored by its floored std,
+    a deviation of 5 units/s was thousands of sigmas and the chunks turned to noise."""
+    policy = FlowChunkPolicy(
+        make_spec(cameras=()), PolicyConfig(size=PolicySize.tiny, horizon=H, max_delay=4)
+    )
+    std = np.ones(S, np.float32)
+    std[1] = 1e-4  # constant in training: floored to MIN_STD, then held at 0
+    policy.set_normalization(
+        {
+            "state_mean": np.zeros(S, np.float32),
+            "state_std": std,
+            "action_mean": np.zeros(A, np.float32),
+            "action_std": np.ones(A, np.float32),
+        }
+    )
+    noise = np.random.default_rng(0).normal(size=(H, A)).astype(np.float32)
+    state = np.zeros(S, np.float32)
+    moved = state.copy()
+    moved[1] = 5.0
+    base = policy.infer(Observation(0, state), None, 0, noise=noise)
+    np.testing.assert_array_equal(policy.infer(Observation(0, moved), None, 0, noise=noise), base)
+    informative = state.copy()
+    informative[0] = 5.0  # a feature that varied in training still matters
+    assert not np.allclose(policy.infer(Observation(0, informative), None, 0, noise=noise), base)
