@@ -45,7 +45,12 @@ from robotrl.transport.sockets import bind, client_socket, server_socket, start_
 from robotrl.transport.spool import Spool, SpoolFullError
 from robotrl.wire.auth import ClientKeys, ServerKeys, client_keys, server_keys
 from robotrl.wire.codec import REASONS, Frame, Message, WireError, decode, encode
-from robotrl.wire.messages import TRANSITIONS, message_to_transition_batch, transition_batch_to_message
+from robotrl.wire.messages import (
+    TRANSITIONS,
+    message_to_transition_batch,
+    non_finite_arrays,
+    transition_batch_to_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +121,16 @@ class TransitionSender:
         self._next_seq = 0
         self._learner_session: str | None = None
         self._counts = Counters(
-            "queued", "refused", "sent", "resent", "acked", "spooled", "dropped", "reconnects", "unjournaled"
+            "queued",
+            "refused",
+            "sent",
+            "resent",
+            "acked",
+            "spooled",
+            "dropped",
+            "reconnects",
+            "unjournaled",
+            "non_finite",
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"transitions-{actor_id}", daemon=True)
@@ -233,15 +247,24 @@ class TransitionSender:
 
     def _take_handoff(self) -> None:
         """Number and encode queued batches: into memory while there is room; to the spool
-        only while the learner is away or the hand-off queue is half full (a slow learner)."""
+        only while the learner is away or the hand-off queue is half full (a slow learner).
+        Without a spool, batches wait in the hand-off queue until it is half full, and only
+        then are dropped (numbered first, so the learner's ledger counts them)."""
         while self._handoff:
             room = self._in_memory < self._max_inflight
-            if not room and self._live.alive() and len(self._handoff) < self._max_queue // 2:
+            waits = self._live.alive() or self._spool is None
+            if not room and waits and len(self._handoff) < self._max_queue // 2:
                 return
             batch = self._handoff.popleft()
             seq = self._next_seq
             self._next_seq += 1
             plain = transition_batch_to_message(batch, seq)
+            bad = non_finite_arrays(plain)
+            if bad:  # the learner would refuse it, and never acknowledge it
+                log.error("%s: batch %d holds NaN or inf in %s; dropped, not sent", self.actor_id, seq, bad)
+                self._counts.add("dropped")
+                self._counts.add("non_finite")
+                continue
             message = Message(
                 plain.kind, plain.sender, seq, plain.arrays, {**plain.meta, "stream": self.stream}
             )
