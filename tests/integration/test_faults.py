@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 import zmq
 from fault_peers import TICKS
-from tcp_proxy import TcpProxy
 from transport_peers import HEARTBEAT_S, TIMEOUT_S, small_batch
 from waiting import wait_until
 
+from robotrl.bench.proxy import TcpProxy
 from robotrl.learner.journal import LEDGER_FILE
 from robotrl.transport.ledger import SeqLedger
 from robotrl.transport.transitions import TransitionReceiver, TransitionSender

@@ -1,4 +1,5 @@
-"""A TCP forwarding proxy a test controls: cut the network (a partition), heal it, corrupt a byte.
+"""A TCP forwarding proxy a test or the soak bench controls: cut the network (a partition), heal it,
+corrupt a byte.
 
 Peers connect to ``proxy.endpoint`` instead of the real endpoint. During a partition
 every forwarded connection is closed and new ones are accepted and closed at once, as a
