@@ -29,6 +29,7 @@ class TcpProxy:
         self._socks: list[socket.socket] = []
         self._downstream = 0
         self._corrupt_at: int | None = None
+        self._corrupt_chunk: int | None = None
         self.corrupted = threading.Event()
         self.refused = 0
         """Connections accepted and closed during a partition."""
@@ -51,6 +52,12 @@ class TcpProxy:
         """Flip one byte once ``n_bytes`` more have gone from the server to a client."""
         with self._lock:
             self._corrupt_at = self._downstream + n_bytes
+
+    def corrupt_next_chunk(self, min_bytes: int) -> None:
+        """Flip the middle byte of the next read from the server of at least ``min_bytes``
+        (inside a large message's payload, past the small heartbeats)."""
+        with self._lock:
+            self._corrupt_chunk = min_bytes
 
     def close(self) -> None:
         self._closed.set()
@@ -105,9 +112,12 @@ class TcpProxy:
             start = self._downstream
             self._downstream += len(data)
             at = self._corrupt_at
-            if at is None or not start <= at < self._downstream:
+            if self._corrupt_chunk is not None and len(data) >= self._corrupt_chunk:
+                at, self._corrupt_chunk = start + len(data) // 2, None
+            elif at is None or not start <= at < self._downstream:
                 return data
-            self._corrupt_at = None
+            else:
+                self._corrupt_at = None
         out = bytearray(data)
         out[at - start] ^= 0xFF
         self.corrupted.set()

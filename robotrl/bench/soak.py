@@ -200,6 +200,14 @@ class Soak:
             t.heal()
 
     def kill_learner(self) -> None:
+        """SIGKILL between two checkpoints: once one exists and batches are journaled after it
+        (waits up to 60 s for that on a slow machine), so both recovery paths are exercised."""
+        journal = self.run_dir / "journal"
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline and not (
+            (self.run_dir / "checkpoints" / "latest").exists() and any(journal.glob("*.rrspool"))
+        ):
+            _pause.wait(0.1)
         self.learner.kill()
         self.learner.start()
 
@@ -215,7 +223,9 @@ class Soak:
         self.learner.signal(signal.SIGCONT)
 
     def corrupt_weights(self) -> None:
-        self.proxies[ACTORS[1]][1].corrupt_after(2000)
+        """Flip a byte in the middle of the next weight update on its way to actor-1 (inside a
+        tensor: the digest catches it)."""
+        self.proxies[ACTORS[1]][1].corrupt_next_chunk(8192)
 
     def schedule(self) -> list[tuple[float, str, Callable[[], None]]]:
         """Each fault once per cycle of 100 s, after a warm-up that lets the learner start."""
@@ -308,6 +318,7 @@ class Soak:
             "peak_rss_mb": round(max(r.peak_mb for r in self._roles()), 1),
             "rss_growth_mb": {k: round(v, 1) for k, v in growth.items()},
             "log_lines": self._log_lines(),
+            "weight_bytes_corrupted": sum(w.corrupted.is_set() for _, w in self.proxies.values()),
             "exit_codes": {**codes, "learner": learner_code},
         }
 
@@ -346,8 +357,10 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def run(quick: bool = False) -> dict[str, Any]:
     seconds = 110.0 if quick else 600.0
+    keep = os.environ.get("ROBOTRL_SOAK_DIR")  # keep the run folder and logs there
     with tempfile.TemporaryDirectory(prefix="robotrl-soak-") as tmp:
-        result = Soak(Path(tmp), seconds).run()
+        root = Path(keep) if keep else Path(tmp)
+        result = Soak(root, seconds).run()
     nested = ("bench", "rss_growth_mb", "exit_codes", "log_lines")
     rows = [[k, v] for k, v in result.items() if k not in nested]
     rows += [[f"rss growth {k}, last incarnation (MB)", v] for k, v in result["rss_growth_mb"].items()]
