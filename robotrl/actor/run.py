@@ -257,6 +257,8 @@ def actor_role(cfg: RobotRLConfig) -> int:
             refused += len(transitions)  # queue and spool full: counted, reported below
             return
         rows_sent += len(transitions)
+        if not cfg.actor.audit_sent:
+            return
         # What this incarnation handed to the transport, for audits after a crash (soak bench).
         tmp = sent_path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"stream": sender.stream, "rows": rows_sent}))

@@ -161,6 +161,7 @@ class Soak:
                     "actor",
                     *common,
                     "actor.episodes=0",
+                    "actor.audit_sent=true",
                     f"actor.actor_id={a}",
                     f"seed={i}",
                     f"transport.transitions_endpoint={self.proxies[a][0].endpoint}",

@@ -133,6 +133,9 @@ class ActorConfig:
     """Consecutive inference errors before the actor stops cleanly."""
     rerun_path: str | None = None
     """Write a rerun recording (.rrd: cameras, joints, generated vs executed chunks, latency) here."""
+    audit_sent: bool = False
+    """Rewrite <run_dir>/actor_<id>_sent.json after every batch handed to the transport (rows so
+    far): what the soak bench audits after killing an actor. A small file write per batch."""
 
 
 @dataclass
