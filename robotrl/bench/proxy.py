@@ -31,6 +31,8 @@ class TcpProxy:
         self._corrupt_at: int | None = None
         self._corrupt_chunk: int | None = None
         self.corrupted = threading.Event()
+        self.corruptions = 0
+        """Bytes flipped so far."""
         self.refused = 0
         """Connections accepted and closed during a partition."""
         self._threads = [threading.Thread(target=self._accept, daemon=True)]
@@ -120,5 +122,6 @@ class TcpProxy:
                 self._corrupt_at = None
         out = bytearray(data)
         out[at - start] ^= 0xFF
+        self.corruptions += 1
         self.corrupted.set()
         return bytes(out)
