@@ -73,14 +73,18 @@ def test_learner_sigkilled_between_checkpoints_restarts_and_holds_every_transiti
     second = None
     try:
         # Killed after a checkpoint and with batches acknowledged since (in the journal only).
-        wait_until(
-            lambda: (
-                latest_checkpoint(run) is not None and len(list((run / "journal").glob("*.rrspool"))) >= 3
-            ),
-            120,
-            "a checkpoint and journaled batches after it",
-            period_s=0.05,
-        )
+        def between_checkpoints() -> bool:
+            """Frozen (SIGSTOP) in that state, so no checkpoint empties the journal before the kill."""
+            journaled = len(list((run / "journal").glob("*.rrspool")))
+            if latest_checkpoint(run) is None or journaled < 3:
+                return False
+            first.send_signal(signal.SIGSTOP)
+            if len(list((run / "journal").glob("*.rrspool"))) >= 3:
+                return True
+            first.send_signal(signal.SIGCONT)
+            return False
+
+        wait_until(between_checkpoints, 120, "a checkpoint and journaled batches after it", period_s=0.05)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         second = spawn("learner", str(run), t_end, w_end, log=log)
@@ -115,9 +119,13 @@ def test_actor_sigkilled_and_restarted_resends_its_write_ahead_spool(tmp_path):
     again = None
     try:
         wait_until(lambda: latest_checkpoint(run) is not None, 120, "the learner's first checkpoint")
+        lrn.send_signal(signal.SIGSTOP)  # no acks for a moment: the actor dies with batches unacked
+        unacked = spool / "actor-0"
+        wait_until(lambda: len(list(unacked.glob("*.rrspool"))) >= 3, 30, "unacknowledged batches")
         doomed.send_signal(signal.SIGKILL)
         doomed.wait(10)
-        left = len(list((spool / "actor-0").glob("*.rrspool")))
+        left = len(list(unacked.glob("*.rrspool")))
+        lrn.send_signal(signal.SIGCONT)
         again = spawn("actor", t_end, "actor-0", "1000", "5", "0.02", str(spool))
         stdout, _ = again.communicate(timeout=180)
         stats = json.loads(stdout.strip().splitlines()[-1])
