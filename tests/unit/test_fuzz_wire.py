@@ -1,10 +1,11 @@
 """Fuzzing what a peer can send: every message kind, valid then damaged, through the arrival checks.
 
 Hypothesis runs derandomized (a fixed corpus, the same in every CI run); set
-ROBOTRL_FUZZ_EXAMPLES to run many more locally (the issue's 100,000:
-``ROBOTRL_FUZZ_EXAMPLES=100000 pytest tests/unit/test_fuzz_wire.py``). The same
-targets over real sockets, against the real receivers, are in
-tests/integration/test_fuzz_peers.py; tests/fuzz/atheris_wire.py drives them with atheris.
+ROBOTRL_FUZZ_EXAMPLES to run many more locally, e.g. the issue's 100,000:
+``ROBOTRL_FUZZ_EXAMPLES=100000 pytest --timeout=0 --hypothesis-show-statistics
+tests/unit/test_fuzz_wire.py -k damaged``. The same targets over real sockets, against
+the real receivers, are in tests/integration/test_fuzz_peers.py;
+tests/fuzz/atheris_wire.py drives them with atheris.
 """
 
 from __future__ import annotations
