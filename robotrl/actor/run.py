@@ -291,10 +291,21 @@ def actor_role(cfg: RobotRLConfig) -> int:
     sender = TransitionSender.from_config(cfg.transport, cfg.actor.actor_id)
     refused = 0
 
+    rows_sent = 0
+    sent_path = Path(cfg.run_dir) / f"actor_{cfg.actor.actor_id}_sent.json"
+
     def to_learner(transitions: list[Transition]) -> None:
-        nonlocal refused
+        nonlocal refused, rows_sent
         if not sender.send(TransitionBatch.from_transitions(transitions)):
             refused += len(transitions)  # queue and spool full: counted, reported below
+            return
+        rows_sent += len(transitions)
+        if not cfg.actor.audit_sent:
+            return
+        # What this incarnation handed to the transport, for audits after a crash (soak bench).
+        tmp = sent_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"stream": sender.stream, "rows": rows_sent}))
+        tmp.replace(sent_path)
 
     progress_path = Path(cfg.run_dir) / f"actor_{cfg.actor.actor_id}_progress.json"
 
@@ -308,6 +319,9 @@ def actor_role(cfg: RobotRLConfig) -> int:
             "policy_version": max(versions, default=-1),
             "last_success": bool(results[-1].success),
             "backlog": sender.backlog(),
+            "rows_sent": rows_sent,  # handed to the transport (the soak bench audits them)
+            "refused_rows": refused,
+            "missed_deadlines": sum(r.missed_deadlines for r in results),
             "time": round(time.time(), 3),
             # per episode: success, newest policy version executed (learning curves)
             "history": [[int(r.success), max(r.policy_versions, default=-1)] for r in results],

@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, str] = {
     "policy": "robotrl.bench.policy",
     "actor": "robotrl.bench.actor",
     "hotswap": "robotrl.bench.hotswap",
+    "soak": "robotrl.bench.soak",
 }
 
 

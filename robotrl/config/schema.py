@@ -145,6 +145,9 @@ class ActorConfig:
     """record_dataset: encode camera frames as MP4 video (smaller, slower) instead of PNG images."""
     record_overwrite: bool = False
     """record_dataset: replace the folder when it exists."""
+    audit_sent: bool = False
+    """Rewrite <run_dir>/actor_<id>_sent.json after every batch handed to the transport (rows so
+    far): what the soak bench audits after killing an actor. A small file write per batch."""
 
 
 @dataclass
@@ -213,7 +216,11 @@ class LearnerConfig:
     log_every_groups: int = 10
     """Console and JSON-lines metrics every this many update groups."""
     save_buffers: bool = False
-    """Also checkpoint the online buffer, intervention segments and fastest successes (large)."""
+    """Also checkpoint the online buffer, intervention segments and fastest successes (large).
+    Also turns on the write-ahead journal (<run_dir>/journal) of batches received since the last
+    checkpoint, so a killed learner loses nothing it acknowledged."""
+    journal_max_mb: int = 4096
+    """Disk budget of the journal; batches beyond it are kept in memory only (logged and counted)."""
     resume: bool = True
     """Resume from the latest checkpoint in run_dir when there is one."""
     rerun: bool = False
@@ -238,6 +245,9 @@ class TransportConfig:
     """Directory of the disk spool used while the learner is away."""
     spool_max_mb: int = 2048
     """Disk spool budget; beyond it batches are dropped and counted."""
+    write_ahead: bool = True
+    """Every batch goes to the spool before it is sent (deleted when acknowledged), so an actor
+    killed and restarted with the same id resends what the learner had not acknowledged."""
     weights_subset: str = "trainable"
     """'trainable' (only the trained tensors) or 'full'."""
     send_window: int = 16
@@ -561,6 +571,7 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     if lrn.max_policy_lag is not None and lrn.max_policy_lag < 0:
         out.append(("learner.max_policy_lag", f"must be >= 0 or null, got {lrn.max_policy_lag}"))
     out += _positive("learner.checkpoint_every_groups", lrn.checkpoint_every_groups)
+    out += _positive("learner.journal_max_mb", lrn.journal_max_mb)
     if lrn.max_samples_per_insert is not None and lrn.max_samples_per_insert <= 0:
         out.append(
             ("learner.max_samples_per_insert", f"must be > 0 or null, got {lrn.max_samples_per_insert}")

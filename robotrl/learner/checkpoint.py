@@ -48,8 +48,10 @@ class Checkpointer:
         counters: Counters,
         policy_weights: Mapping[str, npt.NDArray[np.generic]],
         save_buffers: Callable[[Path], None] | None = None,
+        extra_json: Mapping[str, Any] | None = None,
     ) -> Path:
-        """Write one checkpoint; ``save_buffers`` (optional) writes the replay into its ``buffers/``."""
+        """Write one checkpoint; ``save_buffers`` (optional) writes the replay into its ``buffers/``,
+        ``extra_json`` maps file names to JSON documents written beside (the transport ledger)."""
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / f"group-{counters.groups:08d}"
         tmp = self.root / f".tmp-{final.name}"
@@ -62,6 +64,8 @@ class Checkpointer:
         meta = {"format_version": FORMAT_VERSION, **asdict(counters)}
         if save_buffers is not None:
             save_buffers(tmp / BUFFERS)
+        for name, document in (extra_json or {}).items():
+            (tmp / name).write_text(json.dumps(document))
         (tmp / "counters.json").write_text(json.dumps(meta, indent=1))
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)

@@ -30,6 +30,7 @@ from robotrl.core.protocols import Algorithm, Receiver, Sender
 from robotrl.core.types import WeightUpdate
 from robotrl.learner.anchor import AnchorBuffer, AnchorFeeder
 from robotrl.learner.checkpoint import Checkpointer, Counters
+from robotrl.learner.journal import LEDGER_FILE, Journal, load_ledger
 from robotrl.learner.metrics import MetricsLog
 from robotrl.learner.prefetch import Prefetcher
 from robotrl.learner.replay import VERSION_KEY, Batch, ChunkReplay, ReplayError, concat
@@ -51,6 +52,7 @@ class Learner:
         *,
         metrics: MetricsLog | None = None,
         checkpointer: Checkpointer | None = None,
+        journal: Journal | None = None,
         counters: Counters | None = None,
         weights_subset: str = "trainable",
         prefetch: int = 0,
@@ -59,7 +61,7 @@ class Learner:
     ) -> None:
         self.algorithm, self.online, self.anchor, self.cfg = algorithm, online, anchor, cfg
         self.transitions, self.weights = transitions, weights
-        self.metrics, self.checkpointer = metrics, checkpointer
+        self.metrics, self.checkpointer, self.journal = metrics, checkpointer, journal
         self.counters = counters or Counters()
         self.feeder = AnchorFeeder(online, anchor)
         self.subset = weights_subset
@@ -69,6 +71,9 @@ class Learner:
         self._stop = threading.Event()
         self._data = threading.Condition()
         self._ingest_thread: threading.Thread | None = None
+        self._ingest_lock = threading.Lock()
+        """Held while a batch is received, journaled and stored, and while a checkpoint is written,
+        so a checkpoint's buffers and transport ledger name the same batches."""
         self.refused_batches = 0
         self.publish_refused = 0
         self.throttled = threading.Event()
@@ -102,9 +107,29 @@ class Learner:
 
     def _ingest_forever(self) -> None:
         while not self._stop.is_set():
-            batch = self.transitions.recv(0.05)
-            if batch is not None:
-                self.ingest(batch)
+            with self._ingest_lock:
+                self.ingest_next(0.05)
+
+    def ingest_next(self, timeout_s: float) -> bool:
+        """Receive, journal and store one batch; False when none came within ``timeout_s``.
+
+        With a journal, the batch is on disk before the link acknowledges it (the
+        receiver acknowledges a batch at the next receive), so an acknowledged batch
+        survives a learner crash."""
+        recv_item = getattr(self.transitions, "recv_item", None)
+        if recv_item is None:
+            batch = self.transitions.recv(timeout_s)
+            if batch is None:
+                return False
+            self.ingest(batch)
+            return True
+        item = recv_item(timeout_s)
+        if item is None:
+            return False
+        if self.journal is not None:
+            self.journal.append(item)
+        self.ingest(item.batch)
+        return True
 
     def start_ingest(self) -> None:
         if self._ingest_thread is None:
@@ -231,11 +256,33 @@ class Learner:
         return self.counters
 
     def save(self) -> None:
+        """Checkpoint the algorithm, the counters, the transport ledger and (when enabled) the
+        buffers as of one instant; then forget the journaled batches the checkpoint holds."""
         assert self.checkpointer is not None
         buffers = self._save_buffers if self.cfg.save_buffers else None
-        self.checkpointer.save(
-            self.algorithm.state_dict(), self.counters, self.algorithm.policy_weights(), buffers
-        )
+        ledger = getattr(self.transitions, "ledger", None)
+        with self._ingest_lock:
+            journaled = self.journal.files() if self.journal is not None else []
+            extra = {LEDGER_FILE: ledger.to_json()} if ledger is not None else {}
+            self.checkpointer.save(
+                self.algorithm.state_dict(), self.counters, self.algorithm.policy_weights(), buffers, extra
+            )
+        if self.journal is not None:
+            self.journal.remove(journaled)
+
+    def replay_journal(self, checkpoint: Path | None) -> int:
+        """After a restart: store the journaled batches the checkpoint does not hold; their count."""
+        if self.journal is None:
+            return 0
+        held = load_ledger(checkpoint)
+        n = 0
+        for _, item in self.journal.read():
+            if held.record(item.actor_id, item.stream, item.seq):
+                self.ingest(item.batch)
+                n += 1
+        if n:
+            log.info("journal: %d batches received after the last checkpoint restored", n)
+        return n
 
     def _save_buffers(self, folder: Path) -> None:
         self.online.save(folder / "online")

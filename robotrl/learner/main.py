@@ -22,12 +22,14 @@ from robotrl.learner.algorithms import build_algorithm
 from robotrl.learner.anchor import AnchorBuffer
 from robotrl.learner.checkpoint import BUFFERS, Checkpointer, Counters
 from robotrl.learner.demos import load_demonstrations
+from robotrl.learner.journal import Journal, restored_ledger
 from robotrl.learner.loop import Learner
 from robotrl.learner.metrics import MetricsLog
 from robotrl.learner.replay import ChunkReplay, ReplaySpec
 from robotrl.learner.torch_utils import resolve_device
 
 METRICS_FILE = "learner_metrics.jsonl"
+JOURNAL_DIR = "journal"
 RERUN_FILE = "learner.rrd"
 
 
@@ -40,6 +42,19 @@ def replay_spec(cfg: RobotRLConfig, spec: EnvSpec, horizon: int) -> ReplaySpec:
         gamma=cfg.learner.gamma,
         max_delay=min(cfg.policy.max_delay, horizon - 1),
     )
+
+
+def open_journal(cfg: RobotRLConfig) -> Journal | None:
+    """The write-ahead journal of ``run_dir``; only when checkpoints hold the buffers (without
+    them a restarted learner starts from empty buffers anyway)."""
+    if not cfg.learner.save_buffers:
+        return None
+    return Journal(Path(cfg.run_dir) / JOURNAL_DIR, cfg.learner.journal_max_mb << 20)
+
+
+def resume_point(cfg: RobotRLConfig) -> Path | None:
+    """The checkpoint a (re)started learner resumes from, or None."""
+    return Checkpointer(cfg.run_dir).latest() if cfg.learner.resume else None
 
 
 def build_learner(
@@ -63,7 +78,7 @@ def build_learner(
     algorithm = build_algorithm(lrn, policy, device, spec.state_dim, dict(spec.camera_shapes))
     checkpointer = Checkpointer(cfg.run_dir)
     counters = Counters()
-    latest = checkpointer.latest() if lrn.resume else None
+    latest = resume_point(cfg)
     if latest is not None:
         state, counters = checkpointer.load(latest, device)
         algorithm.load_state_dict(state)
@@ -79,6 +94,7 @@ def build_learner(
         weights,
         metrics=metrics,
         checkpointer=checkpointer,
+        journal=open_journal(cfg),
         counters=counters,
         weights_subset=cfg.transport.weights_subset,
         prefetch=lrn.prefetch_batches if lrn.prefetch_batches is not None else 2 * (device.type == "cuda"),
@@ -86,6 +102,7 @@ def build_learner(
     )
     if latest is not None and lrn.save_buffers and (latest / BUFFERS).is_dir():
         learner.load_buffers(latest / BUFFERS)
+    learner.replay_journal(latest)
     return learner
 
 
@@ -106,11 +123,18 @@ def _env_spec(cfg: RobotRLConfig) -> EnvSpec:
 
 
 def _open_links(cfg: RobotRLConfig) -> tuple[Receiver[TransitionBatch], Sender[WeightUpdate]]:
-    """The ZeroMQ links of the transport package: the one place that names their constructors."""
+    """The ZeroMQ links of the transport package: the one place that names their constructors.
+
+    The transition receiver starts from the ledger of what this learner already holds
+    (its checkpoint and journal), so batches an actor resends after a restart are
+    acknowledged without being stored twice."""
     from robotrl.transport.transitions import TransitionReceiver
     from robotrl.transport.weights import WeightPublisher
 
-    return TransitionReceiver.from_config(cfg.transport), WeightPublisher.from_config(cfg.transport)
+    ledger = restored_ledger(resume_point(cfg), open_journal(cfg))
+    return TransitionReceiver.from_config(cfg.transport, ledger=ledger), WeightPublisher.from_config(
+        cfg.transport
+    )
 
 
 def run_learner(cfg: RobotRLConfig) -> int:

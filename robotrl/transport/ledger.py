@@ -79,6 +79,28 @@ class StreamAccount:
     """Sequence numbers the actor says it has assigned (0 .. numbered-1)."""
     missing: list[tuple[int, int]]
     """Ranges below ``numbered`` never received (still in flight, or dropped by the actor)."""
+    dropped: int = 0
+    """Batches the actor says it dropped on purpose (its spool full): part of ``missing``."""
+    superseded: bool = False
+    """A newer stream of the same actor exists: this incarnation ended (crashed or stopped)."""
+
+    @property
+    def missing_count(self) -> int:
+        return sum(hi - lo for lo, hi in self.missing)
+
+
+@dataclass(frozen=True)
+class Audit:
+    """Every missing batch of every stream, by cause."""
+
+    received: int
+    duplicates: int
+    dropped_by_actor: int
+    """Numbered, then dropped by the actor on purpose (spool overflow); reported by its pings."""
+    lost_to_actor_crash: int
+    """Missing from an ended incarnation: in its memory when it died, never reached its spool."""
+    in_flight: int
+    """Missing from a live incarnation: may still arrive."""
 
 
 class SeqLedger:
@@ -89,6 +111,7 @@ class SeqLedger:
         self._got: dict[tuple[str, str], RangeSet] = {}
         self._dups: dict[tuple[str, str], int] = {}
         self._numbered: dict[tuple[str, str], int] = {}
+        self._dropped: dict[tuple[str, str], int] = {}
 
     def record(self, actor_id: str, stream: str, seq: int) -> bool:
         """Note ``seq`` as received; False (and a duplicate counted) when it was already."""
@@ -106,26 +129,46 @@ class SeqLedger:
             got = self._got.get((actor_id, stream))
             return got is not None and seq in got
 
-    def numbered(self, actor_id: str, stream: str, upto: int) -> None:
-        """The actor reports it has assigned sequence numbers below ``upto``."""
+    def numbered(self, actor_id: str, stream: str, upto: int, dropped: int = 0) -> None:
+        """The actor reports it has assigned sequence numbers below ``upto`` and dropped ``dropped``."""
         key = (actor_id, stream)
         with self._lock:
             self._got.setdefault(key, RangeSet())
             self._numbered[key] = max(self._numbered.get(key, 0), upto)
+            self._dropped[key] = max(self._dropped.get(key, 0), min(dropped, upto))
 
     def accounts(self) -> list[StreamAccount]:
+        """One account per stream; stream ids sort by creation time, so the last of an actor is live."""
         with self._lock:
+            keys = sorted(self._got)
+            newest = {a: s for a, s in keys}
             return [
                 StreamAccount(
-                    actor_id,
-                    stream,
-                    got.count(),
-                    self._dups.get((actor_id, stream), 0),
-                    self._numbered.get((actor_id, stream), 0),
-                    got.gaps(self._numbered.get((actor_id, stream), 0)),
+                    a,
+                    s,
+                    self._got[(a, s)].count(),
+                    self._dups.get((a, s), 0),
+                    self._numbered.get((a, s), 0),
+                    self._got[(a, s)].gaps(self._numbered.get((a, s), 0)),
+                    self._dropped.get((a, s), 0),
+                    newest[a] != s,
                 )
-                for (actor_id, stream), got in sorted(self._got.items())
+                for a, s in keys
             ]
+
+    def audit(self) -> Audit:
+        """Totals over every stream, each missing batch under its cause."""
+        received = duplicates = dropped = crashed = in_flight = 0
+        for acct in self.accounts():
+            received += acct.received
+            duplicates += acct.duplicates
+            gone = min(acct.dropped, acct.missing_count)
+            dropped += gone
+            if acct.superseded:
+                crashed += acct.missing_count - gone
+            else:
+                in_flight += acct.missing_count - gone
+        return Audit(received, duplicates, dropped, crashed, in_flight)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able snapshot (for the learner's checkpoint)."""
@@ -139,6 +182,7 @@ class SeqLedger:
                         "received": [list(r) for r in got.ranges()],
                         "duplicates": self._dups.get((a, s), 0),
                         "numbered": self._numbered.get((a, s), 0),
+                        "dropped": self._dropped.get((a, s), 0),
                     }
                     for (a, s), got in sorted(self._got.items())
                 ],
@@ -154,4 +198,5 @@ class SeqLedger:
             ledger._got[key] = RangeSet([(int(lo), int(hi)) for lo, hi in entry["received"]])
             ledger._dups[key] = int(entry["duplicates"])
             ledger._numbered[key] = int(entry["numbered"])
+            ledger._dropped[key] = int(entry.get("dropped", 0))
         return ledger

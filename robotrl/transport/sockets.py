@@ -1,7 +1,9 @@
 """Socket setup shared by both links: options, CURVE, binding to OS-assigned ports.
 
-Every socket gets ``LINGER 0`` (closing never waits on a dead peer) and short
-reconnect intervals (a restarted peer is found again within about a second).
+Every socket gets ``LINGER 0`` (closing never waits on a dead peer), short
+reconnect intervals (a restarted peer is found again within about a second) and
+``MAXMSGSIZE`` at the codec's message budget (a peer announcing a bigger frame is
+disconnected before libzmq allocates it, rather than refused after).
 With keys, the binding side is a CURVE server whose ZAP handler accepts only the
 public keys in the authorized directory; the connecting side is a CURVE client.
 A peer without CURVE, or with a key not authorized, never completes the handshake:
@@ -16,10 +18,12 @@ import zmq
 import zmq.auth.thread
 
 from robotrl.wire.auth import ClientKeys, ServerKeys
+from robotrl.wire.codec import DEFAULT_LIMITS
 
 
 def _common(sock: zmq.Socket[bytes]) -> None:
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, DEFAULT_LIMITS.max_total_bytes)
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
 

@@ -45,7 +45,12 @@ from robotrl.transport.sockets import bind, client_socket, server_socket, start_
 from robotrl.transport.spool import Spool, SpoolFullError
 from robotrl.wire.auth import ClientKeys, ServerKeys, client_keys, server_keys
 from robotrl.wire.codec import REASONS, Frame, Message, WireError, decode, encode
-from robotrl.wire.messages import TRANSITIONS, message_to_transition_batch, transition_batch_to_message
+from robotrl.wire.messages import (
+    TRANSITIONS,
+    message_to_transition_batch,
+    non_finite_arrays,
+    transition_batch_to_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +98,7 @@ class TransitionSender:
         heartbeat_s: float = 1.0,
         peer_timeout_s: float = 5.0,
         keys: ClientKeys | None = None,
+        write_ahead: bool = False,
         clock: Clock = time.monotonic,
     ) -> None:
         if not actor_id:
@@ -108,13 +114,23 @@ class TransitionSender:
         self._ack_timeout_s = 2 * peer_timeout_s
         self._live = Liveness(heartbeat_s, peer_timeout_s, clock)
         self._spool = Spool(Path(spool_dir) / actor_id, spool_max_bytes) if spool_dir else None
+        self._write_ahead = write_ahead and self._spool is not None
         self._handoff: collections.deque[TransitionBatch] = collections.deque()
         self._entries: collections.OrderedDict[tuple[str, int], _Entry] = collections.OrderedDict()
         self._in_memory = 0
         self._next_seq = 0
         self._learner_session: str | None = None
         self._counts = Counters(
-            "queued", "refused", "sent", "resent", "acked", "spooled", "dropped", "reconnects"
+            "queued",
+            "refused",
+            "sent",
+            "resent",
+            "acked",
+            "spooled",
+            "dropped",
+            "reconnects",
+            "unjournaled",
+            "non_finite",
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"transitions-{actor_id}", daemon=True)
@@ -130,6 +146,7 @@ class TransitionSender:
             "heartbeat_s": cfg.heartbeat_s,
             "peer_timeout_s": cfg.peer_timeout_s,
             "keys": client_keys(cfg.keys_dir) if cfg.curve else None,
+            "write_ahead": cfg.write_ahead,
         }
         kwargs.update(overrides)
         return cls(cfg.transitions_endpoint, actor_id, **kwargs)
@@ -169,8 +186,9 @@ class TransitionSender:
         return True
 
     def close(self) -> None:
-        """Stop the I/O thread. Unacknowledged batches in memory are lost (and counted by the
-        learner as missing); those in the spool are sent by the next incarnation."""
+        """Stop the I/O thread. Unacknowledged batches in the spool (all of them with
+        ``write_ahead``) are sent by the next incarnation; those only in memory are lost (the
+        learner counts them as lost to the actor's end)."""
         self._stop.set()
         self._thread.join(timeout=5.0)
 
@@ -229,15 +247,24 @@ class TransitionSender:
 
     def _take_handoff(self) -> None:
         """Number and encode queued batches: into memory while there is room; to the spool
-        only while the learner is away or the hand-off queue is half full (a slow learner)."""
+        only while the learner is away or the hand-off queue is half full (a slow learner).
+        Without a spool, batches wait in the hand-off queue until it is half full, and only
+        then are dropped (numbered first, so the learner's ledger counts them)."""
         while self._handoff:
             room = self._in_memory < self._max_inflight
-            if not room and self._live.alive() and len(self._handoff) < self._max_queue // 2:
+            waits = self._live.alive() or self._spool is None
+            if not room and waits and len(self._handoff) < self._max_queue // 2:
                 return
             batch = self._handoff.popleft()
             seq = self._next_seq
             self._next_seq += 1
             plain = transition_batch_to_message(batch, seq)
+            bad = non_finite_arrays(plain)
+            if bad:  # the learner would refuse it, and never acknowledge it
+                log.error("%s: batch %d holds NaN or inf in %s; dropped, not sent", self.actor_id, seq, bad)
+                self._counts.add("dropped")
+                self._counts.add("non_finite")
+                continue
             message = Message(
                 plain.kind, plain.sender, seq, plain.arrays, {**plain.meta, "stream": self.stream}
             )
@@ -249,7 +276,8 @@ class TransitionSender:
                 continue
             key = (self.stream, seq)
             if self._in_memory < self._max_inflight:
-                self._entries[key] = _Entry(self.stream, seq, frames, None)
+                path = self._journal(key, frames) if self._write_ahead else None
+                self._entries[key] = _Entry(self.stream, seq, frames, path)
                 self._in_memory += 1
                 continue
             if self._spool is not None:
@@ -263,6 +291,19 @@ class TransitionSender:
                 except OSError as exc:
                     log.error("%s: spool write failed (%s); batch %d dropped", self.actor_id, exc, seq)
             self._counts.add("dropped")
+
+    def _journal(self, key: tuple[str, int], frames: list[Frame]) -> Path | None:
+        """Write-ahead copy of an in-memory batch, so a restarted actor resends it; None when
+        the spool refuses (the batch is then kept in memory only, and counted)."""
+        assert self._spool is not None
+        try:
+            return self._spool.write(f"{key[0]}-{key[1]:016d}", frames)
+        except (SpoolFullError, OSError) as exc:
+            self._counts.add("unjournaled")
+            n = self._counts.snapshot()["unjournaled"]
+            if n <= 5 or n % 100 == 0:
+                log.warning("%s: batch %d kept in memory only (%s, #%d)", self.actor_id, key[1], exc, n)
+            return None
 
     def _send_ping(self, sock: zmq.Socket[bytes]) -> None:
         ping = p.control(
@@ -516,7 +557,13 @@ class TransitionReceiver:
 
     def _on_ping(self, sock: zmq.Socket[bytes], route: bytes, message: Message) -> None:
         stream = p.meta_str(message, "stream")
-        self.ledger.numbered(message.sender, stream, p.meta_int(message, "next"))
+        dropped = message.meta.get("dropped", 0)
+        self.ledger.numbered(
+            message.sender,
+            stream,
+            p.meta_int(message, "next"),
+            dropped if isinstance(dropped, int) and not isinstance(dropped, bool) and dropped >= 0 else 0,
+        )
         self._heard(message.sender, route)
         self._send(sock, route, p.control(p.PONG, "learner", session=self.session))
 

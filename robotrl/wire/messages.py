@@ -49,6 +49,16 @@ def transition_batch_to_message(batch: TransitionBatch, seq: int) -> Message:
     return Message(TRANSITIONS, batch.actor_id, seq, arrays, {"instructions": list(batch.instructions)})
 
 
+def non_finite_arrays(message: Message) -> list[str]:
+    """Names of the arrays of a transition message that must be finite and are not: a batch
+    the learner would refuse, which a sender drops instead of resending forever."""
+    return [
+        n
+        for n in _FINITE_TRANSITION_ARRAYS
+        if n in message.arrays and not np.isfinite(message.arrays[n]).all()
+    ]
+
+
 def message_to_transition_batch(message: Message) -> TransitionBatch:
     """A :class:`TransitionBatch` from a decoded message; arrays stay zero-copy views."""
     if message.kind != TRANSITIONS:

@@ -1,0 +1,36 @@
+"""`robotrl bench soak --quick` runs end to end, injects its faults and meets the issue's targets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_bench_soak_quick_loses_nothing_through_its_faults_and_reports_every_field():
+    out = subprocess.run(
+        [sys.executable, "-m", "robotrl.cli", "bench", "soak", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=850,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["bench"] == "soak"
+    assert result["faults_injected"] == 5
+    assert result["transitions_sent"] > 0
+    assert result["transitions_lost"] == 0 and result["duplicates"] == 0
+    assert result["batches_lost_to_actor_crash"] == 0 and result["batches_in_flight_at_end"] == 0
+    assert result["weight_versions_monotonic"] is True and result["weight_version_max"] >= 1
+    assert result["max_missed_deadlines"] == 0
+    assert result["peak_rss_mb"] > 0
+    assert result["exit_codes"] == {"actor-0": 0, "actor-1": 0, "learner": 0}
+    lines = result["log_lines"]
+    assert (
+        lines["actor: learner silent, reconnecting"] >= 1 and lines["learner: resumed from checkpoint"] >= 1
+    )
