@@ -269,7 +269,10 @@ class Soak:
                 for role in (self.learner, *self.actors.values()):
                     assert role.proc is not None
                     if role.proc.poll() is not None:
-                        raise RuntimeError(f"{role.name} exited ({role.proc.returncode}); see {role.log}")
+                        tail = "\n".join(Path(role.log).read_text(errors="replace").splitlines()[-40:])
+                        raise RuntimeError(
+                            f"{role.name} exited ({role.proc.returncode}); {role.log} ends:\n{tail}"
+                        )
                 _pause.wait(0.2)
             console.log("soak: stopping the actors (they flush), then the learner")
             codes = {a: r.stop(signal.SIGINT, 60) for a, r in self.actors.items()}
