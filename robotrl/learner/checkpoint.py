@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,7 +54,9 @@ class Checkpointer:
         """Write one checkpoint; ``save_buffers`` (optional) writes the replay into its ``buffers/``,
         ``extra_json`` maps file names to JSON documents written beside (the transport ledger)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        final = self.root / f"group-{counters.groups:08d}"
+        # A resumed learner may save at the group count it resumed from: a fresh name each time,
+        # so the checkpoint ``latest`` names is never deleted before its successor is in place.
+        final = self.root / f"group-{counters.groups:08d}-{time.time_ns():x}"
         tmp = self.root / f".tmp-{final.name}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -67,7 +70,6 @@ class Checkpointer:
         for name, document in (extra_json or {}).items():
             (tmp / name).write_text(json.dumps(document))
         (tmp / "counters.json").write_text(json.dumps(meta, indent=1))
-        shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         pointer = self.root / ".latest.tmp"
         pointer.write_text(final.name)
