@@ -13,7 +13,7 @@ from robotrl.config.schema import LearnerConfig
 from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, PREFIX_LEN_KEY, STATE_KEY
 from robotrl.learner.bc import BehaviourCloning
 from robotrl.learner.rapi import RAPI, expectile_loss
-from robotrl.learner.replay import NEXT_PREFIX, ChunkReplay, ReplaySpec
+from robotrl.learner.replay import ACTOR_SAMPLE_KEY, NEXT_PREFIX, ChunkReplay, ReplaySpec
 from robotrl.learner.torch_utils import to_torch
 
 CPU = torch.device("cpu")
@@ -272,3 +272,27 @@ def test_actor_weights_are_a_weighted_mean_and_the_policy_has_its_own_learning_r
         algo._policy_step(batch, torch.linspace(0.1, 3.0, 64) * scale)
         grads.append(torch.cat([p.grad.flatten() for p in algo.policy_params]))
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-7)
+
+
+def test_samples_the_replay_marks_not_for_the_actor_do_not_move_the_policy():
+    buf = ChunkReplay(ReplaySpec(2, 1, 2, gamma=0.99), 256)
+    for ep in range(4):
+        buf.add(episode_batch("a", ep, range(8), end="terminated", action_dim=1, delay=-1))
+    batch = buf.sample(32, np.random.default_rng(0))
+    keep = np.arange(32) % 2 == 0
+    batch[ACTOR_SAMPLE_KEY] = keep
+    garbage = dict(batch)
+    garbage[ACTION_KEY] = np.where(keep[:, None, None], batch[ACTION_KEY], 1e4).astype(np.float32)
+    params = []
+    for b in (batch, garbage):
+        torch.manual_seed(0)
+        policy = MLPChunkPolicy(2, 2, 1)
+        BehaviourCloning(policy, quick_cfg(), CPU).update_group(lambda b=b: b)
+        params.append(torch.cat([p.detach().flatten() for p in policy.parameters()]))
+    torch.testing.assert_close(params[0], params[1])
+    unmarked = dict(garbage)
+    del unmarked[ACTOR_SAMPLE_KEY]
+    torch.manual_seed(0)
+    policy = MLPChunkPolicy(2, 2, 1)
+    BehaviourCloning(policy, quick_cfg(), CPU).update_group(lambda: unmarked)
+    assert not torch.allclose(torch.cat([p.detach().flatten() for p in policy.parameters()]), params[0])
