@@ -27,12 +27,14 @@ from robotrl.core.types import EnvSpec, FloatArray, Observation
 class LineEnv:
     """Joints that reach the commanded target each tick; success when joint 0 passes ``goal``."""
 
-    def __init__(self, action_dim: int = 2, max_ticks: int = 40, goal: float = 1e9, hz: float = 30.0) -> None:
+    def __init__(
+        self, action_dim: int = 2, max_ticks: int = 40, goal: float = 1e9, hz: float = 30.0, high: float = 1e6
+    ) -> None:
         self._spec = EnvSpec(
             name="line",
             action_names=tuple(f"j{i}" for i in range(action_dim)),
             action_low=(-1e6,) * action_dim,
-            action_high=(1e6,) * action_dim,
+            action_high=(high,) * action_dim,
             state_names=(*(f"q{i}" for i in range(action_dim)), "marker"),
             control_hz=hz,
             max_episode_ticks=max_ticks,

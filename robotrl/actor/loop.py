@@ -129,7 +129,9 @@ class ControlLoop:
         prefix, delay = None, 0
         if self.settings.strategy is Strategy.prefix:
             delay = min(self.estimator.expected(), self.queue.remaining(obs.tick), self.settings.max_prefix)
-            prefix = self.queue.committed(obs.tick, delay) if delay else None
+            # The committed actions as the robot will execute them (clipped), which is what the
+            # policy was trained on: the executed actions of demonstrations and online rows.
+            prefix = self.safety.bound(self.queue.committed(obs.tick, delay)) if delay else None
         rid = self._next_request_id
         self._next_request_id += 1
         seed = hash((self.settings.seed, episode_id, rid)) & 0x7FFF_FFFF

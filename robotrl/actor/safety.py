@@ -17,8 +17,13 @@ class ActionClipper:
         self._low, self._high = spec.action_bounds()
         self.clamped_ticks = 0
 
+    def bound(self, actions: FloatArray) -> FloatArray:
+        """``actions`` (one or many rows) clipped to the bounds, uncounted: what the robot will do."""
+        clipped: FloatArray = np.clip(actions, self._low, self._high).astype(np.float32, copy=False)
+        return clipped
+
     def __call__(self, action: FloatArray) -> FloatArray:
-        clipped: FloatArray = np.clip(action, self._low, self._high).astype(np.float32, copy=False)
+        clipped = self.bound(action)
         if not np.array_equal(clipped, action):
             self.clamped_ticks += 1
         return clipped

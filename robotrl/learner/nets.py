@@ -8,6 +8,9 @@ padding mask, so a short chunk at an episode's end is not confused with zeros.
 State and actions are z-scored with the policy's statistics (:meth:`Critic.set_normalization`):
 raw joint angles in degrees are a hundred to a thousand times larger than an object's
 position in metres, and unscaled they drown the very features that tell success from failure.
+A feature that was constant in the policy's training data (std below ``CONSTANT_STATE_STD``)
+is held at 0, as the policy holds it: z-scored by a floored std, the first online deviation
+there is thousands of sigmas and swamps every other input of Q and V.
 """
 
 from __future__ import annotations
@@ -19,6 +22,12 @@ import torch
 from torch import nn
 
 from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, IMAGE_KEY_PREFIX, STATE_KEY
+from robotrl.policy.flow import CONSTANT_STATE_STD
+
+
+def zscore(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """``(x - mean) / std`` per feature, 0 where the feature was constant (std < CONSTANT_STATE_STD)."""
+    return torch.where(std >= CONSTANT_STATE_STD, (x.float() - mean) / std, 0.0)
 
 
 def mlp(inp: int, hidden: int, out: int, layers: int = 2) -> nn.Sequential:
@@ -37,6 +46,9 @@ class ObsEncoder(nn.Module):
     Images above 64 pixels are subsampled by 2 first: the critic needs where things
     are, not fine texture, and converting full frames dominated a CPU update.
     """
+
+    state_mean: torch.Tensor
+    state_std: torch.Tensor
 
     def __init__(
         self, state_dim: int, cameras: Mapping[str, tuple[int, int, int]], image_features: int = 32
@@ -63,7 +75,7 @@ class ObsEncoder(nn.Module):
         self.register_buffer("state_std", torch.ones(state_dim))
 
     def forward(self, obs: Mapping[str, Any], prefix: str = "") -> torch.Tensor:
-        parts = [(obs[prefix + STATE_KEY].float() - self.state_mean) / self.state_std]
+        parts = [zscore(obs[prefix + STATE_KEY], self.state_mean, self.state_std)]
         for cam in self.cameras:
             step = self.steps[cam]
             # Subsample while still uint8 (a quarter of the bytes to convert), then NCHW floats.
@@ -79,6 +91,9 @@ class Critic(nn.Module):
     Sharing the encoder means one image pass per batch for all three values; V's
     input is the observation alone, Q's adds the flattened executed chunk and its mask.
     """
+
+    action_mean: torch.Tensor
+    action_std: torch.Tensor
 
     def __init__(
         self,
@@ -111,7 +126,7 @@ class Critic(nn.Module):
 
     def q(self, features: torch.Tensor, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         mask = batch[ACTION_MASK_KEY].float()
-        actions = (batch[ACTION_KEY].float() - self.action_mean) / self.action_std
+        actions = zscore(batch[ACTION_KEY], self.action_mean, self.action_std)
         chunk = (actions * mask[..., None]).flatten(1)
         x = torch.cat([features, chunk, mask], dim=-1)
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)

@@ -31,7 +31,7 @@ from torch import nn
 from robotrl.config.schema import LearnerConfig
 from robotrl.core.types import IMAGE_KEY_PREFIX, STATE_KEY
 from robotrl.learner.nets import Critic
-from robotrl.learner.replay import DISCOUNT_KEY, DONE_KEY, NEXT_PREFIX, REWARD_KEY
+from robotrl.learner.replay import ACTOR_SAMPLE_KEY, DISCOUNT_KEY, DONE_KEY, NEXT_PREFIX, REWARD_KEY
 from robotrl.learner.torch_utils import autocast, to_torch
 
 NextBatch = Callable[[], Mapping[str, Any]]
@@ -68,7 +68,11 @@ class PolicyTrainer:
             per_sample = self.policy.per_sample_loss(batch).float()
         # Weights are self-normalised (a weighted mean): they choose which samples to imitate, not
         # how far to step, so RAPI's step size is BC's and a batch of large weights cannot blow it up.
-        loss = (per_sample * weights).sum() / weights.sum() if weights is not None else per_sample.mean()
+        # Only chunk-start and demonstration windows teach the actor (see replay.ACTOR_SAMPLE_KEY).
+        w = torch.ones_like(per_sample) if weights is None else weights
+        if ACTOR_SAMPLE_KEY in batch:
+            w = w * batch[ACTOR_SAMPLE_KEY].to(w.device, w.dtype)
+        loss = (per_sample * w).sum() / w.sum().clamp_min(1e-12)
         self.policy_opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.policy_params, self.cfg.grad_clip)

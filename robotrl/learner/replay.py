@@ -14,6 +14,14 @@ sample is built from rows, never stored twice:
   continue ``d`` committed actions, exactly what it is asked to do at inference with
   that delay. Rows without a measured delay (demonstrations) draw ``d`` uniformly from
   ``[0, max_delay]`` (training-time real-time chunking).
+- **The actor learns from chunk starts only (``actor_sample``).** An online action at
+  tick ``t`` came from a chunk computed from an older observation (``index_in_chunk``
+  ticks back, up to a horizon), so a window from ``t`` pairs the state at ``t`` with a
+  stitched plan that no policy computed from that state: the policy that produced them
+  fits its own every-tick windows twice as badly as its chunk-start windows. The critic
+  uses every window (a return is a return); the actor only windows that start where a
+  chunk was observed, with that chunk's delay as ``prefix_len``, and every demonstration
+  window (an expert acting on the current state). Starved ticks start no actor sample.
 - **Never across an episode.** Rows are linked per actor and episode; a new episode
   id or a gap in ticks closes the open one. At an episode's end the last starts get
   shorter chunks (padded, ``action_mask`` False) whose next state is the episode's
@@ -56,6 +64,8 @@ from robotrl.core.types import (
 )
 
 NEXT_PREFIX = "next."
+ACTOR_SAMPLE_KEY = "actor_sample"
+"""Per sample: whether the actor may learn from it (a chunk start or a demonstration window)."""
 """Next-state keys are the observation keys with this prefix: ``next.observation.state``."""
 REWARD_KEY = "reward"
 """float32 (B,): discounted reward sum over the chunk's real actions."""
@@ -149,6 +159,8 @@ class ChunkReplay:
         self._discount = np.zeros(n, np.float32)
         self._done = np.zeros(n, np.bool_)
         self._real = np.zeros(n, np.int32)
+        self._chunk_start = np.zeros(n, np.bool_)  # a chunk was computed from this row's observation
+        self._start_delay = np.zeros(n, np.int64)  # ... with this delay
 
         self._owned_dir = storage_dir is None
         self._dir = Path(tempfile.mkdtemp(prefix=f"robotrl-{name}-") if storage_dir is None else storage_dir)
@@ -225,6 +237,7 @@ class ChunkReplay:
             serials = self._next_serial + np.arange(n + m)
             self._next_serial += n + m
             self._ready[positions] = False
+            self._chunk_start[positions] = False
             self._serial[positions] = serials
             rows, nexts = positions[row_slot], positions[next_slot]
             instr = np.array([self._instruction_id(t) for t in batch.instructions], np.int32)
@@ -293,6 +306,7 @@ class ChunkReplay:
         h = self.spec.horizon
         episodes, ticks = b.episode_id.tolist(), b.tick.tolist()
         terminated, truncated = b.terminated.tolist(), b.truncated.tolist()
+        chunk_ids, in_chunk, delays = b.chunk_id.tolist(), b.index_in_chunk.tolist(), b.delay_ticks.tolist()
         for i, (pos, serial) in enumerate(zip(rows.tolist(), serials.tolist(), strict=True)):
             cur = self._open.get(stream)
             if cur is None or cur.episode_id != episodes[i] or ticks[i] != cur.last_tick + 1:
@@ -309,6 +323,12 @@ class ChunkReplay:
                 start = pending.popleft()[0]
                 self._ready_start(start, [start, *(p for p, _ in pending)], pos, done=False)
             pending.append((pos, serial))
+            if chunk_ids[i] >= 0 and 0 <= in_chunk[i] < len(pending):
+                # pending holds consecutive ticks, this one last: the chunk's observation row.
+                origin = pending[-1 - in_chunk[i]][0]
+                if not self._chunk_start[origin]:
+                    self._chunk_start[origin] = True
+                    self._start_delay[origin] = delays[i]
             if not (terminated[i] or truncated[i]):
                 continue
             chunk = [p for p, _ in pending]
@@ -361,6 +381,8 @@ class ChunkReplay:
             nxt = self._next_row[idx].astype(np.int64)
             real = self._real[idx]
             delay = self._delay[idx]
+            chunk_start = self._chunk_start[idx]
+            start_delay = self._start_delay[idx]
             out: Batch = {
                 STATE_KEY: self._state[idx],
                 ACTION_KEY: self._action[safe] * mask[..., None],
@@ -377,7 +399,8 @@ class ChunkReplay:
                 out[IMAGE_KEY_PREFIX + cam] = np.asarray(mem[idx])
                 out[NEXT_PREFIX + IMAGE_KEY_PREFIX + cam] = np.asarray(mem[nxt])
         drawn = rng.integers(0, s.max_delay + 1, batch_size)
-        prefix = np.where(delay >= 0, delay, drawn)
+        prefix = np.where(chunk_start, start_delay, np.where(delay >= 0, delay, drawn))
+        out[ACTOR_SAMPLE_KEY] = chunk_start | (delay < 0)
         out[PREFIX_LEN_KEY] = np.clip(prefix, 0, np.maximum(real - 1, 0)).astype(np.int64)
         return out
 
@@ -438,6 +461,7 @@ class ChunkReplay:
         """Make the starts at ``positions`` unsampleable (their rows are about to be reused)."""
         with self._lock:
             self._ready[positions] = False
+            self._chunk_start[positions] = False
 
     def stats(self) -> dict[str, int]:
         return {
@@ -452,7 +476,7 @@ class ChunkReplay:
     _ARRAYS = (
         "_state", "_action", "_reward", "_terminated", "_truncated", "_intervention", "_episode", "_tick",
         "_chunk_id", "_index_in_chunk", "_version", "_delay", "_instruction", "_serial", "_ready",
-        "_chunk_rows", "_next_row", "_return", "_discount", "_done", "_real",
+        "_chunk_rows", "_next_row", "_return", "_discount", "_done", "_real", "_chunk_start", "_start_delay",
     )  # fmt: skip
 
     def save(self, folder: Path) -> None:

@@ -233,3 +233,17 @@ def test_rerun_observer_records_ticks_and_chunks(tmp_path):
     observer.close()
     size = (tmp_path / "run.rrd").stat().st_size
     assert size > 10_000  # 20 ticks of joints and timing plus every chunk's strips
+
+
+def test_the_prefix_is_handed_over_as_the_robot_will_execute_it_clipped_to_the_bounds():
+    """Chunks running past a joint limit are clipped at the arm; the policy, trained on executed
+    (clipped) actions, must be conditioned on the clipped prefix, not on the unreachable plan."""
+    policy = TickPolicy(horizon=H)  # rows count ticks up: past 20 they are out of bounds
+    loop, env, _ = make(
+        Strategy.prefix, ConstantLatency(0.1), policy=policy, env=LineEnv(max_ticks=40, high=20.0)
+    )
+    result = loop.run_episode(0, seed=0)
+    given = [p for p in policy.prefixes if p is not None]
+    assert result.clamped_ticks > 0 and any(float(p.max()) == 20.0 for p in given)
+    assert all(float(p.max()) <= 20.0 for p in given)
+    assert max(float(a.max()) for a in env.executed) == 20.0

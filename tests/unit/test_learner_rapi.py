@@ -10,10 +10,10 @@ import torch
 from learner_doubles import MLPChunkPolicy, episode_batch
 
 from robotrl.config.schema import LearnerConfig
-from robotrl.core.types import ACTION_MASK_KEY, PREFIX_LEN_KEY, STATE_KEY
+from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, PREFIX_LEN_KEY, STATE_KEY
 from robotrl.learner.bc import BehaviourCloning
 from robotrl.learner.rapi import RAPI, expectile_loss
-from robotrl.learner.replay import ChunkReplay, ReplaySpec
+from robotrl.learner.replay import ACTOR_SAMPLE_KEY, NEXT_PREFIX, ChunkReplay, ReplaySpec
 from robotrl.learner.torch_utils import to_torch
 
 CPU = torch.device("cpu")
@@ -191,13 +191,13 @@ class NormalizedMLPPolicy(MLPChunkPolicy):
 
 
 def scaled_outcome_replay(rng: np.random.Generator) -> ChunkReplay:
-    """One-tick episodes whose outcome (reward 1 or 0) only a millimetre-scale feature tells,
+    """One-tick episodes whose outcome (reward 1 or 0) only a centimetre-scale feature tells,
     beside a joint-angle-scale feature (degrees, std 50) that tells nothing: the pick-place state."""
     buf = ChunkReplay(ReplaySpec(2, 1, 1, gamma=0.99), 4096)
     for ep in range(200):
         good = ep % 2 == 0
         b = episode_batch("a", ep, range(1), end="terminated", rewards=[float(good)], action_dim=1, delay=0)
-        state = np.array([[rng.normal(0.0, 50.0), 0.002 if good else -0.002]], np.float32)
+        state = np.array([[rng.normal(0.0, 50.0), 0.02 if good else -0.02]], np.float32)
         buf.add(dataclasses.replace(b, state=state, next_state=state))
     return buf
 
@@ -207,7 +207,7 @@ def test_the_critic_reads_state_in_the_policys_normalised_units():
     buf = scaled_outcome_replay(np.random.default_rng(3))
     stats = {
         "state_mean": np.zeros(2, np.float32),
-        "state_std": np.array([50.0, 0.002], np.float32),
+        "state_std": np.array([50.0, 0.02], np.float32),
         "action_mean": np.zeros(1, np.float32),
         "action_std": np.ones(1, np.float32),
     }
@@ -230,6 +230,34 @@ def test_the_critic_reads_state_in_the_policys_normalised_units():
     assert gaps["raw"] < 0.5, gaps  # what the critic learnt before it read the policy's statistics
 
 
+def test_the_critic_holds_features_constant_in_the_policys_data_at_zero():
+    """A joint the demonstrations never moved (std floored at 1e-3) must not swamp Q and V online."""
+    stats = {
+        "state_mean": np.zeros(2, np.float32),
+        "state_std": np.array([1.0, 0.0], np.float32),
+        "action_mean": np.zeros(2, np.float32),
+        "action_std": np.array([1.0, 0.0], np.float32),
+    }
+    torch.manual_seed(0)
+    algo = RAPI(NormalizedMLPPolicy(stats, 2, 1, 2), quick_cfg(), CPU, 2, {})
+    b = episode_batch("a", 0, range(1), end="terminated", rewards=[0.0], action_dim=2, delay=0, state_dim=2)
+    buf = ChunkReplay(ReplaySpec(2, 2, 1, gamma=0.99), 16)
+    buf.add(b)
+    batch = to_torch(buf.sample(1, np.random.default_rng(0)), CPU)
+    moved = dict(batch)
+    moved[STATE_KEY] = batch[STATE_KEY] + torch.tensor([0.0, 40.0])
+    moved[NEXT_PREFIX + STATE_KEY] = moved[STATE_KEY]
+    moved[ACTION_KEY] = batch[ACTION_KEY] + torch.tensor([0.0, 40.0])
+    with torch.no_grad():
+        before, after = algo.critic(batch), algo.critic(moved)
+    for x, y in zip(before, after, strict=True):
+        torch.testing.assert_close(x, y)
+    shifted = dict(moved)
+    shifted[STATE_KEY] = moved[STATE_KEY] + torch.tensor([1.0, 0.0])  # a feature that varied still counts
+    with torch.no_grad():
+        assert not torch.allclose(algo.critic(shifted)[2], after[2])
+
+
 def test_actor_weights_are_a_weighted_mean_and_the_policy_has_its_own_learning_rate():
     """Scaling every advantage weight by 100 leaves the policy gradient unchanged (weights choose
     what to imitate, not how far to step), and ``policy_lr`` sets the policy optimiser alone."""
@@ -244,3 +272,27 @@ def test_actor_weights_are_a_weighted_mean_and_the_policy_has_its_own_learning_r
         algo._policy_step(batch, torch.linspace(0.1, 3.0, 64) * scale)
         grads.append(torch.cat([p.grad.flatten() for p in algo.policy_params]))
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-7)
+
+
+def test_samples_the_replay_marks_not_for_the_actor_do_not_move_the_policy():
+    buf = ChunkReplay(ReplaySpec(2, 1, 2, gamma=0.99), 256)
+    for ep in range(4):
+        buf.add(episode_batch("a", ep, range(8), end="terminated", action_dim=1, delay=-1))
+    batch = buf.sample(32, np.random.default_rng(0))
+    keep = np.arange(32) % 2 == 0
+    batch[ACTOR_SAMPLE_KEY] = keep
+    garbage = dict(batch)
+    garbage[ACTION_KEY] = np.where(keep[:, None, None], batch[ACTION_KEY], 1e4).astype(np.float32)
+    params = []
+    for b in (batch, garbage):
+        torch.manual_seed(0)
+        policy = MLPChunkPolicy(2, 2, 1)
+        BehaviourCloning(policy, quick_cfg(), CPU).update_group(lambda b=b: b)
+        params.append(torch.cat([p.detach().flatten() for p in policy.parameters()]))
+    torch.testing.assert_close(params[0], params[1])
+    unmarked = dict(garbage)
+    del unmarked[ACTOR_SAMPLE_KEY]
+    torch.manual_seed(0)
+    policy = MLPChunkPolicy(2, 2, 1)
+    BehaviourCloning(policy, quick_cfg(), CPU).update_group(lambda: unmarked)
+    assert not torch.allclose(torch.cat([p.detach().flatten() for p in policy.parameters()]), params[0])

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
 import pytest
 from learner_doubles import episode_batch, image_code
 
+from robotrl.core.batch import TransitionBatch
 from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, IMAGE_KEY_PREFIX, PREFIX_LEN_KEY, STATE_KEY
 from robotrl.learner.replay import (
+    ACTOR_SAMPLE_KEY,
     DISCOUNT_KEY,
     DONE_KEY,
     NEXT_PREFIX,
@@ -220,3 +223,29 @@ def test_saved_buffer_restores_rows_samples_and_the_open_episode(tmp_path):
     assert {(2, t) for t in range(8)} <= starts
     with pytest.raises(ValueError, match="does not match"):
         make(capacity=256, cameras=CAMS).load(tmp_path / "online")
+
+
+def test_the_actor_learns_from_chunk_starts_with_their_delay_and_from_every_demonstration_window():
+    """Chunk c is observed at tick 3c and runs from index 1 (delay 1; the first chunk: 0, the robot
+    waited) until the next one: only windows from ticks 0, 3, 6, ... are a plan some policy made
+    from that state; the episode arrives in two batches, as the actor streams it."""
+    ticks = np.arange(20)
+    chunk = np.maximum(0, (ticks - 1) // 3)
+    rows = [
+        dataclasses.replace(t, chunk_id=int(c), index_in_chunk=int(t.tick - 3 * c), delay_ticks=int(c > 0))
+        for t, c in zip(
+            episode_batch("a", 1, range(20), end="terminated").to_transitions(), chunk, strict=True
+        )
+    ]
+    buf = make(max_delay=2)
+    buf.add(TransitionBatch.from_transitions(rows[:10]))
+    buf.add(TransitionBatch.from_transitions(rows[10:]))
+    b = buf.sample(400, np.random.default_rng(0))
+    start = b[STATE_KEY][:, 1].astype(int)
+    np.testing.assert_array_equal(b[ACTOR_SAMPLE_KEY], start % 3 == 0)
+    starts = b[ACTOR_SAMPLE_KEY]
+    assert starts.any() and not starts.all()
+    np.testing.assert_array_equal(b[PREFIX_LEN_KEY][starts], np.where(start[starts] == 0, 0, 1))
+    demo = make(max_delay=2)
+    demo.add(episode_batch("d", 1, range(9), end="terminated", delay=-1))
+    assert demo.sample(50, np.random.default_rng(1))[ACTOR_SAMPLE_KEY].all()
