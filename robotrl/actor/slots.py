@@ -39,6 +39,9 @@ class PolicySlots:
         self._staged_version: int | None = None  # the spare holds it, complete
         self._loading_version: int | None = None  # being written into the spare
         self._zero_copy = zero_copy
+        # The layout every update must fit, taken once: trainable_tensors() copies every weight
+        # (200 MB for a 50M policy), far too slow to repeat per update, let alone under the lock.
+        self._layout = {n: (t.shape, t.dtype) for n, t in spare.trainable_tensors().items()}
         self._lock = threading.Lock()  # guards the slots and versions; never held during a load
         self._load_lock = threading.Lock()  # one load at a time into the one spare
         self.refused: Counter[str] = Counter()
@@ -59,17 +62,17 @@ class PolicySlots:
             return self._active_version if self._staged_version is None else self._staged_version
 
     def _layout_problem(self, update: WeightUpdate) -> str | None:
-        expected = self._spare.trainable_tensors()
+        expected = self._layout
         for name, tensor in update.tensors.items():
             if name not in expected:
                 if update.subset == "trainable":
                     return f"unknown tensor {name!r}"
                 continue
-            want = expected[name]
-            if tensor.shape != want.shape:
-                return f"tensor {name!r} has shape {tensor.shape}, policy has {want.shape}"
-            if tensor.dtype != want.dtype:
-                return f"tensor {name!r} has dtype {tensor.dtype}, policy has {want.dtype}"
+            shape, dtype = expected[name]
+            if tensor.shape != shape:
+                return f"tensor {name!r} has shape {tensor.shape}, policy has {shape}"
+            if tensor.dtype != dtype:
+                return f"tensor {name!r} has dtype {tensor.dtype}, policy has {dtype}"
         if update.subset == "trainable" and set(update.tensors) != set(expected):
             return f"trainable update misses {sorted(set(expected) - set(update.tensors))[:3]}"
         return None
@@ -81,12 +84,12 @@ class PolicySlots:
         inferences never sees half an update; it simply finds nothing staged and goes on.
         """
         with self._load_lock:
+            problem = self._layout_problem(update)
             with self._lock:
                 newest = max(self._active_version, self._staged_version or -1)
                 if update.version <= newest:
                     self.refused["stale_version"] += 1
                     return False
-                problem = self._layout_problem(update)
                 if problem is not None:
                     self.refused["layout"] += 1
                     log.warning("weights v%d refused: %s", update.version, problem)
