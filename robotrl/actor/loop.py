@@ -37,7 +37,7 @@ Scheduler = WallClockScheduler | VirtualTimeScheduler
 @dataclass(frozen=True)
 class LoopSettings:
     strategy: Strategy
-    margin_ticks: int = 1
+    margin_ticks: int = 2
     """Ask for the next chunk when planned actions left <= expected delay + margin."""
     refresh_on_new_weights: bool = True
     """Async strategies: ask for a chunk as soon as the backend holds newer weights."""
