@@ -37,7 +37,6 @@ class PolicySlots:
         self._active, self._spare = active, spare
         self._active_version = version
         self._staged_version: int | None = None  # the spare holds it, complete
-        self._loading_version: int | None = None  # being written into the spare
         self._zero_copy = zero_copy
         # The layout every update must fit, taken once: trainable_tensors() copies every weight
         # (200 MB for a 50M policy), far too slow to repeat per update, let alone under the lock.
@@ -94,17 +93,16 @@ class PolicySlots:
                     self.refused["layout"] += 1
                     log.warning("weights v%d refused: %s", update.version, problem)
                     return False
-                self._staged_version, self._loading_version = None, update.version
+                self._staged_version = None  # the spare is about to be overwritten
             try:
                 self._spare.load_weights(update.tensors, zero_copy=self._zero_copy)
             except Exception as exc:  # whatever the policy refuses with: old weights kept, loader lives on
                 with self._lock:
-                    self._loading_version = None
                     self.refused["load_error"] += 1
                 log.warning("weights v%d refused by the policy: %s", update.version, exc)
                 return False
             with self._lock:
-                self._staged_version, self._loading_version = update.version, None
+                self._staged_version = update.version
             return True
 
     def swap_if_staged(self) -> bool:
