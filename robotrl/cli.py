@@ -22,6 +22,7 @@ from robotrl.config.schema import config_groups, field_docs
 
 EXIT_USAGE = 2
 EXIT_NOT_BUILT = 3
+EXIT_INTERRUPTED = 130  # the shell's code for a SIGINT
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_NOT_BUILT
-    return _load_entry(role.entry)(cfg)
+    try:
+        return _load_entry(role.entry)(cfg)
+    except KeyboardInterrupt:
+        # Ctrl-C (or `robotrl launch` stopping a role) before the role installed its own
+        # handler, e.g. while an actor is still starting: a clean exit, not a traceback.
+        print(f"robotrl {role.name}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

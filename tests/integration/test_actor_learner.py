@@ -1,4 +1,6 @@
-"""`robotrl learner` and `robotrl actor` as separate processes: transitions flow in, weights flow out."""
+"""`robotrl learner` and `robotrl actor` as separate processes: every transition reaches the learner.
+
+Weights reaching actors are tested through `robotrl launch` (test_e2e_launch.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from robotrl.learner.checkpoint import Checkpointer
+
 ROBOTRL = shutil.which("robotrl") or str(Path(sys.executable).parent / "robotrl")
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_actor_streams_every_transition_to_the_learner_and_receives_weights(tmp_path):
+def test_actor_streams_every_transition_to_the_learner(tmp_path):
     common = [
         "policy=flow_tiny",
         "env.cameras=[]",
@@ -33,7 +37,6 @@ def test_actor_streams_every_transition_to_the_learner_and_receives_weights(tmp_
             "learner.critic_warmup_updates=10",
             "learner.learning_starts=32",
             "learner.batch_size=32",
-            "learner.max_groups=40",
             "learner.log_every_groups=1",
         ],
         stdout=subprocess.PIPE,
@@ -56,8 +59,11 @@ def test_actor_streams_every_transition_to_the_learner_and_receives_weights(tmp_
     transport = summary["transport"]
     assert transport["flushed"] and transport["dropped"] == 0 and transport["refused_transitions"] == 0
     assert transport["acked"] == transport["queued"] > 0
-    metrics = [
-        json.loads(line) for line in (tmp_path / "learner" / "learner_metrics.jsonl").read_text().splitlines()
-    ]
+    assert learner.returncode == 0, out[-3000:]
+    metrics = (tmp_path / "learner" / "learner_metrics.jsonl").read_text().splitlines()
     assert metrics, out[-3000:]
-    assert max(m["transitions"] for m in metrics) == summary["ticks"] == 6 * 90
+    # Every acknowledged batch was ingested; the learner's checkpoint at exit counts them all
+    # (its last metrics line may precede the last batches).
+    final = Checkpointer(tmp_path / "learner").latest()
+    assert final is not None, out[-3000:]
+    assert json.loads((final / "counters.json").read_text())["transitions"] == summary["ticks"] == 6 * 90

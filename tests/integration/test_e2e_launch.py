@@ -83,27 +83,41 @@ def _alive(pid: int) -> bool:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_launch_runs_learner_and_two_actors_and_weights_reach_the_actors(tmp_path: Path):
-    # The learner's budget ends the run; the actors run until launch stops them (actors first).
-    proc = _launch(tmp_path, "actor.episodes=0", "learner.max_groups=10")
-    out, _ = proc.communicate(timeout=500)
-    assert proc.returncode == 0, out[-4000:]
-    assert "the learner finished its update groups" in out
+    # Everything runs until stopped; Ctrl-C comes once both actors executed published weights.
+    # (Ending on the learner's budget is decided by Launch._finished: tests/unit/test_launch_rules.py;
+    # here it would race an actor still starting up against the learner's last group.)
     run = tmp_path / "run"
+    proc = _launch(tmp_path, "actor.episodes=0", "learner.max_groups=0")
+    try:
+        _wait_for(
+            lambda: all(
+                _status(run).get(a, {}).get("progress", {}).get("policy_version", -1) >= 1
+                for a in ("actor-0", "actor-1")
+            ),
+            400,
+            proc,
+            "both actors to execute weights the learner published (policy version >= 1)",
+        )
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out[-4000:]
     for role in ("learner", "actor-0", "actor-1"):
         assert (run / "logs" / f"{role}.log").stat().st_size > 0
     summaries = [json.loads((run / f"actor_actor-{i}_summary.json").read_text()) for i in (0, 1)]
     progress = [json.loads((run / f"actor_actor-{i}_progress.json").read_text()) for i in (0, 1)]
-    assert all(p["episodes"] >= 1 for p in progress)
-    # Both actors executed chunks of weights the learner published (0 is the initial policy).
-    assert min(p["policy_version"] for p in progress) >= 1, out[-4000:]
+    assert all(p["episodes"] >= 1 and p["policy_version"] >= 1 for p in progress)
     for s in summaries:
-        assert s["transport"]["dropped"] == 0  # what the stopped learner did not ack is spooled
+        # The actors stopped first, while the learner still acknowledged: nothing left unsent.
+        assert s["transport"]["dropped"] == 0 and s["transport"]["flushed"], s["transport"]
     latest = (run / "checkpoints" / "latest").read_text()
     counters = json.loads((run / "checkpoints" / latest / "counters.json").read_text())
-    assert counters["groups"] == 10
-    assert 0 < counters["transitions"] <= sum(s["ticks"] for s in summaries)
+    assert counters["groups"] > 0 and counters["weight_version"] >= 1
+    assert counters["transitions"] == sum(s["ticks"] for s in summaries)
     status = _status(run)
-    assert {r: status[r]["state"] for r in status} == dict.fromkeys(("learner", "actor-0", "actor-1"), "done")
+    assert all(r["state"] in ("done", "stopped") for r in status.values()), status
 
 
 @pytest.mark.slow

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from robotrl.cli import EXIT_NOT_BUILT, EXIT_USAGE, ROLES_BY_NAME, Role, main
+from robotrl import cli
+from robotrl.cli import EXIT_INTERRUPTED, EXIT_NOT_BUILT, EXIT_USAGE, ROLES_BY_NAME, Role, main
 
 ROBOTRL = shutil.which("robotrl") or str(Path(sys.executable).parent / "robotrl")
 
@@ -33,6 +34,16 @@ def test_unbuilt_role_says_so_and_exits_nonzero(capsys, monkeypatch):
     assert main(["future"]) == EXIT_NOT_BUILT
     err = capsys.readouterr().err
     assert "not built yet" in err and "issue 99" in err
+
+
+def test_ctrl_c_before_a_role_handles_it_is_a_clean_interrupted_exit(capsys, monkeypatch):
+    # `robotrl launch` may stop an actor that is still importing torch: no traceback, exit 130.
+    def interrupted(_cfg: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_load_entry", lambda _entry: interrupted)
+    assert main(["actor"]) == EXIT_INTERRUPTED
+    assert "robotrl actor: interrupted" in capsys.readouterr().err
 
 
 def test_bad_config_fails_at_start_naming_the_field():
