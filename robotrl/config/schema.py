@@ -42,6 +42,11 @@ class AlgorithmKind(Enum):
     bc = "bc"  # anchored behaviour cloning only, the baseline
 
 
+class AdvantageKind(Enum):
+    td = "td"  # A = min Q(s, a) - V(s): the critic's in-sample estimate (RAPolicy)
+    mc = "mc"  # A = return to go - V(s) once the episode ended; the td estimate until then
+
+
 class PolicyKind(Enum):
     flow = "flow"  # robotrl's built-in flow-matching chunk policy
     lerobot = "lerobot"  # a lerobot pretrained policy through the adapter
@@ -168,6 +173,10 @@ class LearnerConfig:
     """Advantage temperature: w = exp(clip(A / beta, -adv_clip, adv_clip))."""
     adv_clip: float = 3.0
     """Clip of A / beta before the exponential."""
+    advantage: AdvantageKind = AdvantageKind.td
+    """td: A = min Q - V. mc: A = the sample's discounted return to its episode's end - V (the
+    td estimate while its episode is still running). With a sparse success reward and a
+    near-deterministic policy, Q - V has little to tell apart; the outcome has."""
     critic_updates_per_group: int = 20
     """Critic updates in one update group."""
     actor_updates_per_group: int = 5

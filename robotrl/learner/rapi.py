@@ -9,8 +9,9 @@ After the asynchronous replay-anchored post-training of RAPolicy (see REFERENCE.
   critic moves by Polyak averaging.
 - Actor: the policy's own per-sample supervised loss, weighted per sample by
   ``w = exp(clip(A / beta, -c, c))`` with ``A = min Q(s, a) - V(s)`` from the target critic
-  (a weighted mean over the batch). The policy is given the committed prefix; its loss covers
-  only the continuation.
+  (a weighted mean over the batch). With ``learner.advantage=mc``, ``A = G - V(s)`` where
+  the sample's return to go ``G`` is known (its episode ended). The policy is given the
+  committed prefix; its loss covers only the continuation.
 - Schedule: an update group is ``critic_updates_per_group`` critic updates, then
   ``actor_updates_per_group`` actor updates once the critic has had
   ``critic_warmup_updates``; the loop publishes weights after a group that
@@ -28,10 +29,17 @@ import numpy.typing as npt
 import torch
 from torch import nn
 
-from robotrl.config.schema import LearnerConfig
+from robotrl.config.schema import AdvantageKind, LearnerConfig
 from robotrl.core.types import IMAGE_KEY_PREFIX, STATE_KEY
 from robotrl.learner.nets import Critic
-from robotrl.learner.replay import ACTOR_SAMPLE_KEY, DISCOUNT_KEY, DONE_KEY, NEXT_PREFIX, REWARD_KEY
+from robotrl.learner.replay import (
+    ACTOR_SAMPLE_KEY,
+    DISCOUNT_KEY,
+    DONE_KEY,
+    NEXT_PREFIX,
+    RETURN_TO_GO_KEY,
+    REWARD_KEY,
+)
 from robotrl.learner.torch_utils import autocast, to_torch
 
 NextBatch = Callable[[], Mapping[str, Any]]
@@ -143,10 +151,14 @@ class RAPI(PolicyTrainer):
         }
 
     def advantage_weights(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(w, A) per sample: ``w = exp(clip(A / beta, -c, c))``, ``A = min Q - V`` (target critic)."""
+        """(w, A) per sample: ``w = exp(clip(A / beta, -c, c))``, ``A = min Q - V`` (target critic),
+        or ``G - V`` for the ``mc`` advantage where the return to go ``G`` is known."""
         with torch.no_grad(), autocast(self.device):
             q1, q2, v = self.target(batch)
             adv = (torch.minimum(q1, q2) - v).float()
+        if self.cfg.advantage is AdvantageKind.mc and RETURN_TO_GO_KEY in batch:
+            to_go = batch[RETURN_TO_GO_KEY].to(adv.device, torch.float32)
+            adv = torch.where(torch.isnan(to_go), adv, to_go - v.float())
         c = self.cfg.adv_clip
         return torch.exp(torch.clamp(adv / self.cfg.beta, -c, c)), adv
 

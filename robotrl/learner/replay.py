@@ -28,6 +28,12 @@ sample is built from rows, never stored twice:
   ``next_observation`` (stored as an extra row that never starts a sample); a
   truncated episode without one ends its chunks one tick early and bootstraps from
   the last observation instead. ``discount`` is ``gamma ** m`` for ``m`` real actions.
+- **Returns to go once an episode ends.** When an episode ends, each of its rows
+  learns its discounted reward sum to the episode's end (``return_to_go``; a timeout
+  counts what was earned, with no bootstrap). Until then, and for an episode cut by a
+  gap, it is NaN. This is the Monte-Carlo signal of the ``mc`` advantage
+  (``learner.advantage``): on sparse success rewards a near-deterministic policy gives
+  the critic's Q - V almost nothing to tell apart, while the outcome does.
 - **Ready only when complete.** A start becomes sampleable once its next state has
   arrived (or its episode ended), so a sample never contains a row still to come.
 - **Thread safety.** One lock around add and sample; a sample is gathered (copied)
@@ -77,6 +83,9 @@ VERSION_KEY = "policy_version"
 """int64 (B,): policy version that produced the start tick's action (-1: not a policy's)."""
 INTERVENTION_KEY = "intervention"
 """bool (B,): a human intervened on some real action of the chunk."""
+RETURN_TO_GO_KEY = "return_to_go"
+"""float32 (B,): discounted reward sum from the start tick to its episode's end; NaN while the
+episode is open (or if it was cut before its end)."""
 
 Batch = dict[str, Any]
 
@@ -111,6 +120,7 @@ class _Cursor:
     episode_id: int
     last_tick: int
     pending: deque[tuple[int, int]]  # (position, serial), oldest first, at most H
+    rows: list[tuple[int, int]] = field(default_factory=list)  # every row so far: returns to go
 
 
 @dataclass(frozen=True)
@@ -156,6 +166,7 @@ class ChunkReplay:
         self._chunk_rows = np.full((n, h), -1, np.int32)
         self._next_row = np.zeros(n, np.int32)
         self._return = np.zeros(n, np.float32)
+        self._return_to_go = np.full(n, np.nan, np.float32)
         self._discount = np.zeros(n, np.float32)
         self._done = np.zeros(n, np.bool_)
         self._real = np.zeros(n, np.int32)
@@ -238,6 +249,7 @@ class ChunkReplay:
             self._next_serial += n + m
             self._ready[positions] = False
             self._chunk_start[positions] = False
+            self._return_to_go[positions] = np.nan
             self._serial[positions] = serials
             rows, nexts = positions[row_slot], positions[next_slot]
             instr = np.array([self._instruction_id(t) for t in batch.instructions], np.int32)
@@ -323,6 +335,7 @@ class ChunkReplay:
                 start = pending.popleft()[0]
                 self._ready_start(start, [start, *(p for p, _ in pending)], pos, done=False)
             pending.append((pos, serial))
+            cur.rows.append((pos, serial))
             if chunk_ids[i] >= 0 and 0 <= in_chunk[i] < len(pending):
                 # pending holds consecutive ticks, this one last: the chunk's observation row.
                 origin = pending[-1 - in_chunk[i]][0]
@@ -340,7 +353,18 @@ class ChunkReplay:
                 self.dropped_starts += 1
                 for k, start in enumerate(chunk[:-1]):
                     self._ready_start(start, chunk[k:-1], chunk[-1], done=False)
+            self._set_returns_to_go(cur.rows)
             del self._open[stream]
+
+    def _set_returns_to_go(self, rows: Sequence[tuple[int, int]]) -> None:
+        """An ended episode's discounted reward sums, from its last row back (to the oldest not
+        overwritten: a row's sum needs only the rows after it)."""
+        gamma, to_go = self.spec.gamma, 0.0
+        for pos, serial in reversed(rows):
+            if self._serial[pos] != serial:
+                break
+            to_go = float(self._reward[pos]) + gamma * to_go
+            self._return_to_go[pos] = to_go
 
     def _ready_start(self, start: int, chunk: Sequence[int], nxt: int, done: bool) -> None:
         m = len(chunk)
@@ -388,6 +412,7 @@ class ChunkReplay:
                 ACTION_KEY: self._action[safe] * mask[..., None],
                 ACTION_MASK_KEY: mask,
                 REWARD_KEY: self._return[idx],
+                RETURN_TO_GO_KEY: self._return_to_go[idx],
                 DISCOUNT_KEY: self._discount[idx],
                 DONE_KEY: self._done[idx],
                 VERSION_KEY: self._version[idx],
@@ -477,6 +502,7 @@ class ChunkReplay:
         "_state", "_action", "_reward", "_terminated", "_truncated", "_intervention", "_episode", "_tick",
         "_chunk_id", "_index_in_chunk", "_version", "_delay", "_instruction", "_serial", "_ready",
         "_chunk_rows", "_next_row", "_return", "_discount", "_done", "_real", "_chunk_start", "_start_delay",
+        "_return_to_go",
     )  # fmt: skip
 
     def save(self, folder: Path) -> None:
@@ -494,7 +520,9 @@ class ChunkReplay:
                 "cursor": self._cursor,
                 "next_serial": self._next_serial,
                 "instructions": self._instructions,
-                "open": {k: [c.episode_id, c.last_tick, list(c.pending)] for k, c in self._open.items()},
+                "open": {
+                    k: [c.episode_id, c.last_tick, list(c.pending), c.rows] for k, c in self._open.items()
+                },
                 "counters": [self.rows_added, self.refused_batches, self.refused_rows, self.dropped_starts],
             }
             (folder / "replay.json").write_text(json.dumps(meta))
@@ -517,8 +545,8 @@ class ChunkReplay:
             self._instructions = list(meta["instructions"])
             self._instruction_ids = {t: i for i, t in enumerate(self._instructions)}
             self._open = {
-                k: _Cursor(ep, tick, deque((int(p), int(s)) for p, s in pending))
-                for k, (ep, tick, pending) in meta["open"].items()
+                k: _Cursor(ep, tick, deque(_pairs(pending)), _pairs(rows))
+                for k, (ep, tick, pending, rows) in meta["open"].items()
             }
             self.rows_added, self.refused_batches, self.refused_rows, self.dropped_starts = meta["counters"]
 
@@ -529,6 +557,11 @@ class ChunkReplay:
         self._images.clear()
         if self._owned_dir:
             shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _pairs(items: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
+    """(position, serial) pairs back from JSON lists."""
+    return [(int(p), int(s)) for p, s in items]
 
 
 def concat(batches: Sequence[Batch]) -> Batch:

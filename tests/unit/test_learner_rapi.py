@@ -9,11 +9,11 @@ import pytest
 import torch
 from learner_doubles import MLPChunkPolicy, episode_batch
 
-from robotrl.config.schema import LearnerConfig
+from robotrl.config.schema import AdvantageKind, LearnerConfig
 from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, PREFIX_LEN_KEY, STATE_KEY
 from robotrl.learner.bc import BehaviourCloning
 from robotrl.learner.rapi import RAPI, expectile_loss
-from robotrl.learner.replay import ACTOR_SAMPLE_KEY, NEXT_PREFIX, ChunkReplay, ReplaySpec
+from robotrl.learner.replay import ACTOR_SAMPLE_KEY, NEXT_PREFIX, RETURN_TO_GO_KEY, ChunkReplay, ReplaySpec
 from robotrl.learner.torch_utils import to_torch
 
 CPU = torch.device("cpu")
@@ -296,3 +296,27 @@ def test_samples_the_replay_marks_not_for_the_actor_do_not_move_the_policy():
     policy = MLPChunkPolicy(2, 2, 1)
     BehaviourCloning(policy, quick_cfg(), CPU).update_group(lambda: unmarked)
     assert not torch.allclose(torch.cat([p.detach().flatten() for p in policy.parameters()]), params[0])
+
+
+def test_the_mc_advantage_is_the_return_to_go_minus_v_where_the_episode_ended():
+    horizon = 4
+    spec = ReplaySpec(state_dim=2, action_dim=1, horizon=horizon, gamma=0.9)
+    buf = ChunkReplay(spec, 256)
+    rewards = np.zeros(8)
+    rewards[-1] = 1.0
+    buf.add(episode_batch("a", 1, range(8), end="terminated", rewards=rewards, action_dim=1))
+    buf.add(episode_batch("a", 2, range(8), action_dim=1))  # still running: no return yet
+    batch = to_torch(buf.sample(64, np.random.default_rng(0)), CPU)
+    to_go = batch[RETURN_TO_GO_KEY]
+    assert torch.isnan(to_go).any() and not torch.isnan(to_go).all()
+    td = RAPI(MLPChunkPolicy(2, horizon, 1), quick_cfg(), CPU, 2, {})
+    mc = RAPI(MLPChunkPolicy(2, horizon, 1), quick_cfg(advantage=AdvantageKind.mc), CPU, 2, {})
+    mc.target.load_state_dict(td.target.state_dict())
+    _, adv_td = td.advantage_weights(batch)
+    w, adv_mc = mc.advantage_weights(batch)
+    with torch.no_grad():
+        _, _, v = td.target(batch)
+    ended = ~torch.isnan(to_go)
+    torch.testing.assert_close(adv_mc[ended], to_go[ended] - v[ended].float())
+    torch.testing.assert_close(adv_mc[~ended], adv_td[~ended])
+    assert torch.isfinite(w).all()

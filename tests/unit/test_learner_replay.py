@@ -16,6 +16,7 @@ from robotrl.learner.replay import (
     DISCOUNT_KEY,
     DONE_KEY,
     NEXT_PREFIX,
+    RETURN_TO_GO_KEY,
     REWARD_KEY,
     VERSION_KEY,
     ChunkReplay,
@@ -88,6 +89,26 @@ def test_chunk_return_discount_and_done_are_exact():
         assert b[DISCOUNT_KEY][i] == pytest.approx(0.9**m)
         assert m == min(H, 6 - tick)
         assert bool(b[DONE_KEY][i]) == (tick + m == 6)
+
+
+def test_returns_to_go_are_known_once_the_episode_ends_and_never_for_a_cut_one():
+    buf = make()
+    rewards = np.array([0.0, 1.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 5.0])
+    buf.add(episode_batch("a", 1, range(6), rewards=rewards[:6]))  # open: ticks 0-1 ready
+    b = buf.sample(50, np.random.default_rng(3))
+    assert np.isnan(b[RETURN_TO_GO_KEY]).all()
+    buf.add(episode_batch("a", 1, range(6, 10), end="truncated", rewards=rewards[6:]))
+    b = buf.sample(300, np.random.default_rng(4))
+    for i in range(300):
+        _, tick, _ = check_sample(b, i)
+        expect = sum(0.9**k * r for k, r in enumerate(rewards[tick:]))
+        assert b[RETURN_TO_GO_KEY][i] == pytest.approx(expect, rel=1e-5)
+    # An episode cut by a gap in its ticks never learns its returns: its end is unknown.
+    buf.add(episode_batch("b", 2, range(8)))
+    buf.add(episode_batch("b", 2, range(10, 14), end="terminated"))
+    b = buf.sample(400, np.random.default_rng(5))
+    cut = np.array([b[STATE_KEY][i, 0] == 2 and b[STATE_KEY][i, 1] < 8 for i in range(400)])
+    assert cut.any() and np.isnan(b[RETURN_TO_GO_KEY][cut]).all()
 
 
 def test_truncated_episode_without_next_observation_bootstraps_from_its_last_tick():
@@ -221,6 +242,8 @@ def test_saved_buffer_restores_rows_samples_and_the_open_episode(tmp_path):
     s = restored.sample(400, np.random.default_rng(9))
     starts = {check_sample(s, i)[:2] for i in range(400)}
     assert {(2, t) for t in range(8)} <= starts
+    # Its rows from before the save learn their returns to go at its end, too.
+    assert not np.isnan(s[RETURN_TO_GO_KEY]).any()
     with pytest.raises(ValueError, match="does not match"):
         make(capacity=256, cameras=CAMS).load(tmp_path / "online")
 
