@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from robotrl.config.schema import AlgorithmKind, PolicyKind, RobotRLConfig
-from robotrl.experiment.steps import STAMP, StepFailedError, Steps, config_overrides, robotrl
+from robotrl.experiment.steps import STAMP, StepFailedError, Steps, config_overrides, robotrl, run_id
 
 RESULTS = "results.json"
 CURVE = "learning_curve.png"
@@ -105,15 +105,17 @@ class Demo:
         )
         size, steps = cfg.policy.size.value, self.ex.pretrain_steps
         title = f"pretrain the {size} policy ({steps} steps of behaviour cloning)"
-        self.steps.run(title, run_dir, argv)
+        self.steps.run(title, run_dir, argv, inputs=[self.demos])
 
-    def evaluate(self, name: str, policy: Path, label: str) -> dict[str, Any]:
+    def evaluate(self, name: str, policy: Path, label: str, made_by: Path) -> dict[str, Any]:
+        """Evaluate ``policy``, which the step with output folder ``made_by`` wrote."""
         cfg = self._variant(
             policy__path=str(policy), actor__episodes=self.ex.eval_episodes, actor__seed=self.ex.eval_seed
         )
         out = self.eval_dir(name)
         argv = robotrl("eval", *config_overrides(cfg, ["env", "policy", "actor"]), f"run_dir={out}")
-        self.steps.run(f"evaluate {label} on {self.ex.eval_episodes} fixed seeds", out, argv)
+        title = f"evaluate {label} on {self.ex.eval_episodes} fixed seeds"
+        self.steps.run(title, out, argv, inputs=[made_by])
         summary: dict[str, Any] = json.loads((out / "eval_summary.json").read_text())
         if summary["episodes"] != self.ex.eval_episodes:  # stopped early (Ctrl-C): not a result
             (out / STAMP).unlink(missing_ok=True)
@@ -149,7 +151,7 @@ class Demo:
         )
         if not (out / STAMP).exists():
             shutil.rmtree(out, ignore_errors=True)  # a half-finished run starts over
-        self.steps.run(title, out, argv)
+        self.steps.run(title, out, argv, inputs=[self.out / "pretrain", self.demos])
         policy = out / "policy"
         if not policy.exists():
             export_policy(self.pretrained, out, policy)
@@ -160,7 +162,7 @@ class Demo:
         if self.ex.rerun_episodes == 0:
             return None
         stamp = self.out / ".rerun_stamp"
-        key = f"{policy}:{self.ex.rerun_episodes}"
+        key = f"{policy}:{self.ex.rerun_episodes}:{run_id(policy.parent)}"  # a new fine-tune, a new view
         if path.exists() and stamp.exists() and stamp.read_text() == key:
             self.steps.note_cached(f"rerun recording of {label}", path)
             return path
@@ -191,12 +193,19 @@ class Demo:
         self._intro()
         self.record()
         self.pretrain()
-        evals = {"pretrained": self.evaluate("pretrained", self.pretrained, "the pretrained policy")}
+        evals = {
+            "pretrained": self.evaluate(
+                "pretrained", self.pretrained, "the pretrained policy", made_by=self.out / "pretrain"
+            )
+        }
         policies: dict[str, Path] = {}
         for algorithm in self.ex.algorithms:
             policies[algorithm] = self.finetune(algorithm)
             evals[algorithm] = self.evaluate(
-                algorithm, policies[algorithm], f"the {algorithm}-fine-tuned policy"
+                algorithm,
+                policies[algorithm],
+                f"the {algorithm}-fine-tuned policy",
+                made_by=self.finetune_dir(algorithm),
             )
         best = "rapi" if "rapi" in policies else self.ex.algorithms[0]
         recording = self.rerun_view(policies[best], f"the {best}-fine-tuned policy")

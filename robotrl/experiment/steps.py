@@ -83,12 +83,18 @@ class Steps:
         self.console = console
         self.seconds: dict[str, float] = {}
 
-    def run(self, title: str, out_dir: Path, argv: Sequence[str]) -> StepResult:
-        """Run ``argv`` unless ``out_dir`` holds a matching stamp; raise :class:`StepFailedError`."""
+    def run(self, title: str, out_dir: Path, argv: Sequence[str], inputs: Sequence[Path] = ()) -> StepResult:
+        """Run ``argv`` unless ``out_dir`` holds a matching stamp; raise :class:`StepFailedError`.
+
+        A stamp matches when the command is the same and so is every run of the steps whose
+        output folders are ``inputs``: a step whose input was rebuilt (say, a longer pretraining
+        into the same folder) runs again instead of reporting numbers of the old input.
+        """
         self.done += 1
         head = f"[bold cyan][{self.done}/{self.total}][/] {title}"
         stamp = out_dir / STAMP
-        if _stamp_matches(stamp, argv):
+        key = {"argv": list(argv[1:]), "inputs": {str(p): run_id(p) for p in inputs}}
+        if _stamp_matches(stamp, key):
             self.console.print(f"{head}: [green]cached[/] ({out_dir})")
             self.seconds[title] = 0.0
             return StepResult(True, 0.0)
@@ -100,7 +106,8 @@ class Steps:
         if code != 0:
             raise StepFailedError(f"step '{title}' failed with exit code {code} (its output is above)")
         out_dir.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(json.dumps({"argv": list(argv[1:]), "seconds": round(seconds, 1)}, indent=1))
+        record = {**key, "run": f"{time.time_ns():x}", "seconds": round(seconds, 1)}
+        stamp.write_text(json.dumps(record, indent=1))
         self.console.print(f"{head}: done in {seconds:.0f} s")
         return StepResult(False, seconds)
 
@@ -109,12 +116,26 @@ class Steps:
         self.console.print(f"[bold cyan][{self.done}/{self.total}][/] {title}: [green]cached[/] ({out_dir})")
 
 
-def _stamp_matches(stamp: Path, argv: Sequence[str]) -> bool:
+def _read_stamp(stamp: Path) -> dict[str, Any] | None:
     try:
-        recorded = json.loads(stamp.read_text())["argv"]
-    except (OSError, ValueError, KeyError):
+        recorded = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return None
+    return recorded if isinstance(recorded, dict) else None
+
+
+def run_id(out_dir: Path) -> str | None:
+    """Which run of a step made the output in ``out_dir`` (None: not made)."""
+    recorded = _read_stamp(out_dir / STAMP)
+    return None if recorded is None else recorded.get("run")
+
+
+def _stamp_matches(stamp: Path, key: dict[str, Any]) -> bool:
+    """``key``: the command without argv[0] (the interpreter, which may move) and the input runs."""
+    recorded = _read_stamp(stamp)
+    if recorded is None or any(k not in recorded for k in key):
         return False
-    return bool(recorded == list(argv[1:]))  # argv[0] is the interpreter, which may move
+    return all(recorded[k] == v for k, v in key.items()) and None not in key["inputs"].values()
 
 
 def robotrl(role: str, *overrides: str) -> list[str]:

@@ -44,6 +44,23 @@ def test_a_step_with_a_matching_stamp_is_not_run_again(tmp_path: Path):
     assert marker.read_text() == "xx"
 
 
+def test_a_step_runs_again_when_a_step_it_reads_from_ran_again(tmp_path: Path):
+    # A longer pretraining writes into the same folder: its evaluation must not stay cached.
+    marker = tmp_path / "runs.txt"
+    steps = Steps(6, Console(file=open("/dev/null", "w")))  # noqa: SIM115
+
+    def step(name: str, code: str = "") -> list[str]:
+        return [sys.executable, "-c", f"open({str(marker)!r}, 'a').write({name!r}){code}"]
+
+    upstream, downstream = tmp_path / "pretrain", tmp_path / "eval"
+    steps.run("pretrain", upstream, step("p"))
+    steps.run("eval", downstream, step("e"), inputs=[upstream])
+    assert steps.run("eval again", downstream, step("e"), inputs=[upstream]).cached
+    steps.run("pretrain longer", upstream, step("p", "# more steps"))
+    assert not steps.run("eval of the new policy", downstream, step("e"), inputs=[upstream]).cached
+    assert marker.read_text() == "pepe"
+
+
 def test_latency_specs_parse():
     kind, median = parse_latency("lognormal:0.15")
     assert (kind.value, median) == ("lognormal", 0.15)
