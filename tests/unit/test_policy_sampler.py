@@ -63,9 +63,15 @@ def test_pretrain_uses_noise_for_training_batches_only(tmp_path):
     policy = ["policy=flow_tiny", "policy.horizon=6", "policy.max_delay=2", "policy.device=cpu"]
     pretrain = ["pretrain.state_noise=0.2", "pretrain.hold_after_success=true", "pretrain.val_fraction=0"]
     cfg = load_config([*policy, f"run_dir={tmp_path}", *pretrain])
-    p = Pretrainer(cfg, demos([True, True, False]))
-    assert p.train.state_sigma.any() and not p.val.state_sigma.any()
-    assert p.train.hold.any() and p.val.hold.any()
+    d = demos([True, True, False])
+    p = Pretrainer(cfg, d)
+
+    def dataset_rows(states: np.ndarray) -> bool:
+        return all((d.state == row).all(1).any() for row in states)
+
+    assert all(dataset_rows(b[STATE_KEY].numpy()) for b in p.val_set)  # validation: clean states
+    assert not dataset_rows(p.train.batch(np.random.default_rng(0), 8)[STATE_KEY].numpy())
+    assert p.train.hold.any() and p.val.hold.any()  # both train the held rows
 
 
 @pytest.mark.parametrize("override", ["pretrain.state_noise=-0.1", "pretrain.state_noise=3"])
