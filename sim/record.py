@@ -5,6 +5,11 @@ format (``observation.state``, ``observation.images.<camera>``, ``action``,
 ``next.reward``, ``next.done``, ``next.success``, ``task``), written to a local
 directory, never to a hub. The expert reads the cube pose from the sim, but the
 dataset's state has exactly the layout that ``env.privileged_state`` asks for.
+
+``record.expert_noise`` puts noise into the expert's command, label included (imperfect
+demonstrations). ``record.dart_noise`` is DART (Laskey et al. 2017): the noise is executed
+but the recorded action is the expert's clean command, so the data holds states around the
+expert's path, each labelled with the command that leads back to it.
 """
 
 from __future__ import annotations
@@ -111,12 +116,13 @@ def record(cfg: RobotRLConfig) -> int:
     features = dataset_features(names, shapes, rec.video)
     dataset = create_dataset(root, rec.repo_id, e.control_hz, features, rec.video)
     expert = make_expert(e.id, noise=rec.expert_noise, seed=cfg.seed)
+    dart = Dart(rec.dart_noise, seed=cfg.seed)
     saved = successes = attempts = 0
     columns = (TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"))
     with Progress(*columns, TimeElapsedColumn()) as progress:
         bar = progress.add_task("episodes", total=rec.episodes, info="")
         while saved < rec.episodes and attempts < 3 * rec.episodes:
-            success = _episode(env, expert, dataset, keep, seed=cfg.seed + attempts)
+            success = _episode(env, expert, dart, dataset, keep, seed=cfg.seed + attempts)
             attempts += 1
             if success or rec.keep_failures:
                 dataset.save_episode()
@@ -132,14 +138,28 @@ def record(cfg: RobotRLConfig) -> int:
     return 0 if saved == rec.episodes else 1
 
 
-def _episode(env: SO101Env, expert: Any, dataset: Any, keep: Array, seed: int) -> bool:
+class Dart:
+    """Noise on the executed command only: ``std`` as a share of each joint's action range."""
+
+    def __init__(self, std: float, seed: int) -> None:
+        self.sigma = std * (so101.ACTION_HIGH - so101.ACTION_LOW)
+        self.rng = np.random.default_rng([seed, 0xDA27])
+
+    def __call__(self, label: Array) -> Array:
+        if not self.sigma.any():
+            return label
+        noisy = label + self.rng.normal(0.0, 1.0, label.shape) * self.sigma
+        return np.clip(noisy, so101.ACTION_LOW, so101.ACTION_HIGH).astype(np.float32)
+
+
+def _episode(env: SO101Env, expert: Any, dart: Dart, dataset: Any, keep: Array, seed: int) -> bool:
     obs, _ = env.reset(seed=seed)
     expert.reset()
     instruction = env.task.instruction
     tick = 0
     while True:
         action = expert.act(Observation(tick=tick, state=obs["state"], instruction=instruction))
-        nxt, reward, terminated, truncated, info = env.step(action)
+        nxt, reward, terminated, truncated, info = env.step(dart(action))
         frame: dict[str, Any] = {
             STATE_KEY: obs["state"][keep],
             ACTION_KEY: action,

@@ -281,6 +281,9 @@ class RecordConfig:
     """Dataset name stored in its metadata (never pushed to a hub)."""
     expert_noise: float = 0.0
     """Scripted expert: std of the Gaussian noise on its targets, as a share of the action range."""
+    dart_noise: float = 0.0
+    """DART: std of Gaussian noise added to the executed command only, as a share of the action
+    range; the recorded action stays the expert's clean command, so the data shows recoveries."""
     video: bool = False
     """Encode camera frames as MP4 video (smaller, slower) instead of PNG images."""
     overwrite: bool = False
@@ -302,7 +305,14 @@ class PretrainConfig:
     weight_decay: float = 1.0e-4
     """AdamW weight decay."""
     val_fraction: float = 0.1
-    """Share of episodes held out for the validation loss (the last ones)."""
+    """Share of episodes held out for the validation loss (the last ones); 0 trains on every
+    episode (the validation loss is then taken on training episodes)."""
+    state_noise: float = 0.0
+    """Gaussian noise added to each training state, in standard deviations of that feature in
+    the training data (augmentation; validation and inference see clean states)."""
+    hold_after_success: bool = False
+    """Train the chunk rows past the end of an episode that ended in success as holding its last
+    action (the sim ends an episode at success; masked, the policy never learns to stay there)."""
     val_every: int = 500
     """Steps between validation losses."""
     val_batches: int = 8
@@ -692,6 +702,8 @@ def _pretrain_problems(pt: PretrainConfig) -> list[tuple[str, str]]:
         out.append(("pretrain.val_fraction", f"must be in [0, 1), got {pt.val_fraction}"))
     if pt.threads < 0:
         out.append(("pretrain.threads", f"must be >= 0, got {pt.threads}"))
+    if not 0 <= pt.state_noise <= 1:
+        out.append(("pretrain.state_noise", f"must be in [0, 1] (standard deviations), got {pt.state_noise}"))
     return out
 
 
@@ -778,6 +790,8 @@ def _record_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
         out.append(("record.repo_id", f"must look like 'owner/name', got {r.repo_id!r}"))
     if not 0 <= r.expert_noise <= 1:
         out.append(("record.expert_noise", f"must be in [0, 1], got {r.expert_noise}"))
+    if not 0 <= r.dart_noise <= 1:
+        out.append(("record.dart_noise", f"must be in [0, 1], got {r.dart_noise}"))
     if cfg.policy.kind is PolicyKind.expert and not cfg.env.id.startswith("robotrl/"):
         out.append(("env.id", f"the scripted expert exists only for robotrl/ sim tasks, got {cfg.env.id!r}"))
     return out

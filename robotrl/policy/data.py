@@ -4,6 +4,10 @@ Pretraining reads every frame once (video decoding is the slow part, so it is
 paid once, with a progress bar) and then samples training chunks from memory:
 the H actions from a frame on, padded past the episode's end and masked there,
 with a committed-prefix length drawn from [0, max_delay] (training-time RTC).
+Rows past the end of an episode that ended in success can instead be trained as
+holding the last action (``hold_after_success``): the sim ends an episode the tick
+the task is solved, so without them the policy never learns to stay at the goal and
+the chunk's tail after a near miss is unsupervised.
 Batches use the keys and layout of ``ChunkPolicy.per_sample_loss``.
 """
 
@@ -29,6 +33,8 @@ from robotrl.core.types import (
     EnvSpec,
 )
 
+SUCCESS_KEY = "next.success"
+
 
 class DatasetError(ValueError):
     """A dataset that cannot be used for pretraining; the message names what is wrong."""
@@ -44,6 +50,8 @@ class Demos:
     tasks: list[str]  # (N,)
     episode_bounds: list[tuple[int, int]]
     spec: EnvSpec
+    episode_success: list[bool]
+    """Whether each episode's last frame has ``next.success`` (False when the dataset lacks it)."""
 
     def frames_of(self, episodes: Sequence[int]) -> npt.NDArray[np.int64]:
         frames: npt.NDArray[np.int64] = np.concatenate(
@@ -109,6 +117,7 @@ def load_demos(root: str | Path, cameras: Sequence[str] | None = None) -> Demos:
     images = {c: np.empty((n, *shapes[c]), np.uint8) for c in chosen}
     tasks: list[str] = []
     episode = np.empty(n, np.int64)
+    success = np.zeros(n, bool)
     with Progress(transient=True) as progress:
         bar = progress.add_task(f"reading {path.name}", total=n)
         for i in range(n):
@@ -119,6 +128,8 @@ def load_demos(root: str | Path, cameras: Sequence[str] | None = None) -> Demos:
                 images[c][i] = _uint8_hwc(item[IMAGE_KEY_PREFIX + c])
             tasks.append(str(item.get(TASK_KEY, "")))
             episode[i] = int(item["episode_index"])
+            if SUCCESS_KEY in item:
+                success[i] = bool(np.asarray(item[SUCCESS_KEY]).any())
             progress.advance(bar)
     starts = np.flatnonzero(np.r_[True, episode[1:] != episode[:-1]])
     bounds = [(int(s), int(e)) for s, e in zip(starts, np.r_[starts[1:], n], strict=True)]
@@ -134,25 +145,45 @@ def load_demos(root: str | Path, cameras: Sequence[str] | None = None) -> Demos:
         max_episode_ticks=max(e - s for s, e in bounds),
         instruction=tasks[0],
     )
-    return Demos(state, action, images, tasks, bounds, spec)
+    return Demos(state, action, images, tasks, bounds, spec, [bool(success[e - 1]) for _, e in bounds])
 
 
 class ChunkSampler:
-    """Training chunks from :class:`Demos`: the frame's observation and the next H actions."""
+    """Training chunks from :class:`Demos`: the frame's observation and the next H actions.
 
-    def __init__(self, demos: Demos, frames: npt.NDArray[np.int64], horizon: int, max_delay: int) -> None:
+    ``state_noise`` adds Gaussian noise of that many training-data standard deviations to
+    each sampled state (augmentation for training; validation samplers keep it at 0).
+    """
+
+    def __init__(
+        self,
+        demos: Demos,
+        frames: npt.NDArray[np.int64],
+        horizon: int,
+        max_delay: int,
+        *,
+        hold_after_success: bool = False,
+        state_noise: float = 0.0,
+    ) -> None:
         if len(frames) == 0:
             raise DatasetError("no frames to sample from")
         self.demos, self.frames, self.horizon, self.max_delay = demos, frames, horizon, max_delay
         self.episode_end = np.empty(len(demos.state), np.int64)
-        for s, e in demos.episode_bounds:
+        self.hold = np.zeros(len(demos.state), bool)  # rows past this frame's episode end are trained
+        for (s, e), ok in zip(demos.episode_bounds, demos.episode_success, strict=True):
             self.episode_end[s:e] = e
+            self.hold[s:e] = hold_after_success and ok
+        self.state_sigma = (state_noise * demos.state[frames].std(0)).astype(np.float32)
 
     def batch(
         self, rng: np.random.Generator, size: int, device: str | torch.device = "cpu"
     ) -> dict[str, Any]:
         idx = rng.choice(self.frames, size=size)
-        return self.batch_at(idx, rng.integers(0, self.max_delay + 1, size=size), device)
+        batch = self.batch_at(idx, rng.integers(0, self.max_delay + 1, size=size), device)
+        if self.state_sigma.any():
+            noise = rng.standard_normal((size, len(self.state_sigma))).astype(np.float32) * self.state_sigma
+            batch[STATE_KEY] = batch[STATE_KEY] + torch.from_numpy(noise).to(device)
+        return batch
 
     def batch_at(
         self,
@@ -162,7 +193,7 @@ class ChunkSampler:
     ) -> dict[str, Any]:
         d = self.demos
         rows = idx[:, None] + np.arange(self.horizon)[None, :]
-        mask = rows < self.episode_end[idx][:, None]
+        mask = (rows < self.episode_end[idx][:, None]) | self.hold[idx][:, None]
         rows = np.minimum(rows, self.episode_end[idx][:, None] - 1)  # pad with the last action
         batch: dict[str, Any] = {
             STATE_KEY: torch.from_numpy(d.state[idx]).to(device),

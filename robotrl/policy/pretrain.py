@@ -1,8 +1,11 @@
 """`robotrl pretrain dataset=<local LeRobotDataset> policy=flow_small`: behaviour cloning.
 
 Trains the built-in flow policy on demonstration chunks with training-time RTC
-(each chunk gets a random committed prefix of 0..max_delay actions), reports a
-validation loss on held-out episodes, and writes into ``run_dir``:
+(each chunk gets a random committed prefix of 0..max_delay actions), optionally with
+Gaussian noise on the training states (``pretrain.state_noise``) and the goal held after
+successful episodes (``pretrain.hold_after_success``), reports a validation loss on
+held-out episodes (``pretrain.val_fraction=0`` trains on every episode and validates on
+them), and writes into ``run_dir``:
 
 - ``policy/``: the latest checkpoint (what ``robotrl actor policy.path=...`` loads),
 - ``policy_best/``: the checkpoint with the lowest validation loss,
@@ -71,8 +74,13 @@ class Pretrainer:
         train_eps, val_eps = split_episodes(len(demos.episode_bounds), self.pt.val_fraction)
         train_frames = demos.frames_of(train_eps)
         p = cfg.policy
-        self.train = ChunkSampler(demos, train_frames, p.horizon, p.max_delay)
-        self.val = ChunkSampler(demos, demos.frames_of(val_eps or train_eps), p.horizon, p.max_delay)
+        hold = self.pt.hold_after_success
+        noise = self.pt.state_noise
+        self.train = ChunkSampler(
+            demos, train_frames, p.horizon, p.max_delay, hold_after_success=hold, state_noise=noise
+        )
+        val_frames = demos.frames_of(val_eps or train_eps)
+        self.val = ChunkSampler(demos, val_frames, p.horizon, p.max_delay, hold_after_success=hold)
         torch.manual_seed(cfg.seed)
         self.policy = FlowChunkPolicy(demos.spec, p)
         self.policy.set_normalization(demos.stats(train_frames))

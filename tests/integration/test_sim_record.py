@@ -59,3 +59,27 @@ def test_record_refuses_to_overwrite_and_checks_its_fields(tmp_path):
         load_config(["record.episodes=0"])
     with pytest.raises(ConfigError, match=r"record\.expert_noise"):
         load_config(["record.expert_noise=2"])
+    with pytest.raises(ConfigError, match=r"record\.dart_noise"):
+        load_config(["record.dart_noise=-0.1"])
+
+
+@pytest.mark.slow
+def test_dart_executes_the_noise_but_records_the_clean_command(tmp_path, monkeypatch):
+    """The reach expert plans its path from the first observation, so with the same seeds the
+    clean commands are the same with and without DART noise; the states are not."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from robotrl.policy.data import load_demos
+
+    runs = {}
+    for noise in (0.0, 0.05):
+        out = tmp_path / f"dart{noise}"
+        args = ["record", "env=so101_reach", "policy=expert", "env.cameras=[]", "record.episodes=2"]
+        assert main([*args, f"record.output_dir={out}", f"record.dart_noise={noise}"]) == 0
+        runs[noise] = load_demos(out, [])
+    clean, dart = runs[0.0], runs[0.05]
+    assert clean.episode_success == dart.episode_success == [True, True]
+    for (c0, c1), (d0, d1) in zip(clean.episode_bounds, dart.episode_bounds, strict=True):
+        n = min(c1 - c0, d1 - d0)
+        np.testing.assert_array_equal(clean.action[c0 : c0 + n], dart.action[d0 : d0 + n])
+        joints_apart = np.abs(clean.state[c0 + 1 : c0 + n, :5] - dart.state[d0 + 1 : d0 + n, :5])
+        assert joints_apart.max() > 1.0  # degrees: the executed noise moved the arm
