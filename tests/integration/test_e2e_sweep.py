@@ -67,7 +67,7 @@ def test_without_a_checkpoint_the_sweep_records_and_pretrains_on_the_tracking_ta
             "experiment.sweep_episodes=1",
         ]
     )
-    assert cfg.env.id == "robotrl/SO101Track-v0" and cfg.env.cameras == []
+    assert cfg.env.id == "robotrl/SO101Avoid-v0" and cfg.env.cameras == []
     assert run_sweep(cfg) == 0
     assert (tmp_path / "demos" / "meta" / "info.json").is_file()
     result = json.loads((tmp_path / "latency_sweep" / "results.json").read_text())
