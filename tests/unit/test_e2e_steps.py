@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from robotrl.config.load import load_config
 from robotrl.actor.report import wilson_interval
+from robotrl.config.load import load_config
 from robotrl.config.schema import parse_latency
 from robotrl.experiment.steps import Steps, config_overrides, hydra_value
 from robotrl.experiment.sweep import difference_interval, findings
