@@ -1,12 +1,12 @@
-"""Gymnasium environments of the SO-101 tasks: reach a target; track a moving target; pick a
-cube and place it.
+"""Gymnasium environments of the SO-101 tasks: reach a target; track a moving target; reach a
+target around an obstacle (either side); pick a cube and place it.
 
 Actions are absolute joint targets in lerobot's ``so101_follower`` units (see
 :mod:`robotrl.sim.so101`), held by the servos' position controllers for the several
 physics substeps of one control tick. The observation is a dict: ``"state"`` (joint
 positions in action units, joint velocities in units/s, the goal position, then the
 cube pose when privileged) and one uint8 RGB image per camera. The tracking task adds the
-target's velocity after its position.
+target's velocity after its position, the avoid task the obstacle's position.
 
 Domain randomisation draws everything from the reset seed: object and goal poses,
 cube friction and mass, colours, light, camera pose, and joint calibration offsets
@@ -25,7 +25,15 @@ import mujoco
 import numpy as np
 from robotrl.sim import so101
 from robotrl.sim.render import make_renderer
-from robotrl.sim.scene import CUBE_HALF, EE_SITE, ZONE_RADIUS, SceneOptions, build_model, substeps_for
+from robotrl.sim.scene import (
+    CUBE_HALF,
+    EE_SITE,
+    OBSTACLE_RADIUS,
+    ZONE_RADIUS,
+    SceneOptions,
+    build_model,
+    substeps_for,
+)
 from robotrl.sim.so101 import Array
 
 from robotrl.core.types import FloatArray
@@ -41,6 +49,9 @@ TRACK_HOLD_TICKS = 60
 TRACK_OMEGA = 2.4
 """Angular speed of the tracked target on its circle (rad/s, counter-clockwise seen from above):
 the same in every episode, so the target's position and velocity determine its whole path."""
+OBSTACLE_KEEP_OUT = OBSTACLE_RADIUS + 0.01
+"""Avoid task: the fingertip closer than this to the obstacle's centre touches it (m), which ends
+the episode as a failure."""
 
 
 @dataclass(frozen=True)
@@ -49,11 +60,18 @@ class TaskInfo:
     instruction: str
     with_cube: bool
     moving: bool = False
+    obstacle: bool = False
 
 
 TASKS = {
     "reach": TaskInfo("reach", "move the gripper tip to the red ball", with_cube=False),
     "track": TaskInfo("track", "keep the gripper tip on the moving red ball", with_cube=False, moving=True),
+    "avoid": TaskInfo(
+        "avoid",
+        "move the gripper tip to the red ball without touching the blue ball",
+        with_cube=False,
+        obstacle=True,
+    ),
     "pick_place": TaskInfo(
         "pick_place", "pick up the red cube and place it on the green disc", with_cube=True
     ),
@@ -95,7 +113,9 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         self.render_mode = render_mode
         self.metadata = {**self.metadata, "render_fps": self.control_hz}
 
-        self.model = build_model(SceneOptions(control_hz, image_size, self.task.with_cube))
+        self.model = build_model(
+            SceneOptions(control_hz, image_size, self.task.with_cube, self.task.obstacle)
+        )
         self.data = mujoco.MjData(self.model)
         self.substeps, _ = substeps_for(control_hz)
         m = self.model
@@ -104,6 +124,7 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         self._ee = m.site(EE_SITE).id
         self._goal_body = m.body("goal").id
         self._goal_geom = m.geom("goal").id
+        self._obstacle_body = m.body("obstacle").id if self.task.obstacle else -1
         self._cube_q = m.jnt_qposadr[m.joint("cube").id] if self.task.with_cube else -1
         self._cube_body = m.body("cube").id if self.task.with_cube else -1
         self._cube_geom = m.geom("cube").id if self.task.with_cube else -1
@@ -132,6 +153,7 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         self._tick = 0
         self._track = (np.zeros(3), 0.0, 0.0)  # tracking: circle centre, radius, start angle
         self._on_target = 0  # tracking: consecutive ticks on target
+        self._touched = False  # avoid: the tip touched the obstacle
         self.clipped_actions = 0
         """Actions (ticks) clipped to the joint ranges this episode."""
 
@@ -141,6 +163,8 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         names += ["goal.x", "goal.y", "goal.z"]
         if self.task.moving:
             names += ["goal.vx", "goal.vy", "goal.vz"]
+        if self.task.obstacle:
+            names += ["obstacle.x", "obstacle.y", "obstacle.z"]
         if self.privileged_state and self.task.with_cube:
             names += ["cube.x", "cube.y", "cube.z", "cube.qw", "cube.qx", "cube.qy", "cube.qz"]
         return tuple(names)
@@ -157,12 +181,15 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
             getattr(m, key)[:] = value
         self._randomize(rng)
         q0 = so101.units_to_rad(REST_POSE_UNITS) + rng.uniform(-0.03, 0.03, 6) * np.array([1, 1, 1, 1, 1, 0])
+        if self.task.obstacle:  # start turned to one side; the target is on the other
+            q0[0] = rng.choice([-1.0, 1.0]) * rng.uniform(0.6, 0.8)
         d.qpos[self._qadr] = q0
         d.ctrl[:] = q0
         self._place_task_objects(rng)
         mujoco.mj_forward(m, d)
         self._tick = 0
         self._on_target = 0
+        self._touched = False
         self.clipped_actions = 0
         return self._observe(), self._info(False)
 
@@ -180,10 +207,13 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         self._tick += 1
         if self.task.moving:
             self._move_target()
+        if self.task.obstacle and not self._touched:
+            self._touched = bool(np.linalg.norm(self.ee_pos - self.obstacle_pos) < OBSTACLE_KEEP_OUT)
         success = self._success()
         reward = float(success) + (self._shaping() if self.dense_reward else 0.0)
-        truncated = self._tick >= self.max_episode_ticks and not success
-        return self._observe(), reward, success, truncated, self._info(success)
+        terminated = success or self._touched  # touching the obstacle ends the episode, failed
+        truncated = self._tick >= self.max_episode_ticks and not terminated
+        return self._observe(), reward, terminated, truncated, self._info(success)
 
     def render(self) -> Array | None:
         if self.render_mode != "rgb_array":
@@ -204,6 +234,14 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
     @property
     def goal_pos(self) -> Array:
         pos: Array = self.model.body_pos[self._goal_body].copy()
+        return pos
+
+    @property
+    def obstacle_pos(self) -> Array:
+        """The avoid task's obstacle centre; empty for other tasks."""
+        if self._obstacle_body < 0:
+            return np.zeros(0)
+        pos: Array = self.model.body_pos[self._obstacle_body].copy()
         return pos
 
     @property
@@ -240,6 +278,9 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
             self._track = (centre, rng.uniform(0.04, 0.07), rng.uniform(-math.pi, math.pi))
             self._move_target()
             return
+        if self.task.obstacle:
+            self._place_obstacle(rng)
+            return
         if not self.task.with_cube:
             r, az = rng.uniform(0.16, 0.30), rng.uniform(-0.6, 0.6)
             m.body_pos[self._goal_body] = [r * math.cos(az), r * math.sin(az), rng.uniform(0.04, 0.20)]
@@ -262,13 +303,26 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         ]
         m.body_pos[self._goal_body] = [*zone, 0.001]
 
+    def _place_obstacle(self, rng: np.random.Generator) -> None:
+        """Target on the side opposite the fingertip's start; the obstacle on the straight line
+        between them (35-70% of the way), so the arm must pass it on one side or the other."""
+        m, d = self.model, self.data
+        mujoco.mj_kinematics(m, d)
+        start = d.site_xpos[self._ee].copy()
+        side = -1.0 if start[1] > 0 else 1.0
+        r, az = rng.uniform(0.2, 0.26), side * rng.uniform(0.45, 0.65)
+        goal = np.array([r * math.cos(az), r * math.sin(az), rng.uniform(0.05, 0.1)])
+        m.body_pos[self._goal_body] = goal
+        m.body_pos[self._obstacle_body] = start + rng.uniform(0.35, 0.7) * (goal - start)
+
     def _success(self) -> bool:
         if self.task.moving:
             near = np.linalg.norm(self.ee_pos - self.goal_pos) < TRACK_TOLERANCE
             self._on_target = self._on_target + 1 if near else 0
             return self._on_target >= TRACK_HOLD_TICKS
         if not self.task.with_cube:
-            return bool(np.linalg.norm(self.ee_pos - self.goal_pos) < REACH_TOLERANCE)
+            near = np.linalg.norm(self.ee_pos - self.goal_pos) < REACH_TOLERANCE
+            return bool(near and not self._touched)
         cube = self.data.qpos[self._cube_q : self._cube_q + 3]
         in_zone = np.linalg.norm(cube[:2] - self.goal_pos[:2]) < ZONE_RADIUS
         resting = cube[2] < CUBE_HALF + 0.004
@@ -319,6 +373,8 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         parts = [so101.rad_to_units(q), so101.velocity_to_units(d.qvel[self._vadr]), self.goal_pos]
         if self.task.moving:
             parts.append(self.goal_vel)
+        if self.task.obstacle:
+            parts.append(self.obstacle_pos)
         if self.privileged_state and self.task.with_cube:
             parts.append(self.cube_pose)
         obs: dict[str, Array] = {"state": np.concatenate(parts).astype(np.float32)}
@@ -338,6 +394,8 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         info = {"is_success": success, "tick": self._tick, "clipped_actions": self.clipped_actions}
         if self.task.moving:
             info["on_target_ticks"] = self._on_target
+        if self.task.obstacle:
+            info["touched_obstacle"] = self._touched
         return info
 
     def joint_units(self) -> FloatArray:

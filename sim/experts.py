@@ -27,6 +27,10 @@ TRACK_LEAD_S = 0.05
 """The tracking expert aims this far ahead of the target (s): the servos lag about that much."""
 SPEED_M_PER_TICK = 0.008
 """Cartesian waypoint speed (m per control tick): about 0.24 m/s at 30 Hz."""
+AVOID_SPEED_M_PER_TICK = 0.005
+"""The avoid expert's slower waypoint speed (0.15 m/s): the way round takes several chunks."""
+AVOID_DETOUR = 0.06
+"""Radius of the avoid expert's arc round the obstacle (m): 2.5 cm outside the keep-out."""
 _DOWN = np.array([0.0, 0.0, -1.0])
 _PAN_AXIS_X = 0.0388  # the shoulder pan axis sits this far in front of the base origin
 
@@ -122,6 +126,7 @@ class _Expert:
 
     down_weight = 0.0
     grip = False
+    speed = SPEED_M_PER_TICK
 
     def __init__(self, noise: float, seed: int) -> None:
         if not 0 <= noise <= 1:
@@ -147,11 +152,9 @@ class _Expert:
         assert self.point is not None and self.q_cmd is not None
         delta = goal - self.point
         dist = float(np.linalg.norm(delta))
-        self.point = (
-            goal.copy() if dist <= SPEED_M_PER_TICK else self.point + delta * (SPEED_M_PER_TICK / dist)
-        )
+        self.point = goal.copy() if dist <= self.speed else self.point + delta * (self.speed / dist)
         self.q_cmd = self.kin.solve(self.point, self.q_cmd, grip=self.grip, down_weight=self.down_weight)
-        return max(0.0, dist - SPEED_M_PER_TICK)
+        return max(0.0, dist - self.speed)
 
     def _command(self) -> FloatArray:
         assert self.q_cmd is not None
@@ -179,6 +182,45 @@ class ReachExpert(_Expert):
             self._start(so101.units_to_rad(state[:6]))
         self._move_towards(state[12:15])
         return self._command()
+
+
+class AvoidExpert(_Expert):
+    """Reaches the target around the obstacle, on a side drawn at random each episode (50/50):
+    straight at the obstacle, half way round it on an arc of radius AVOID_DETOUR, then to the
+    target. Its demonstrations are bimodal, and nothing in the state says which side until the
+    arm turns, which is where consecutive chunks of a learned policy can disagree."""
+
+    speed = AVOID_SPEED_M_PER_TICK
+
+    def reset(self) -> None:
+        super().reset()
+        self.waypoints: list[Array] = []
+        self.side = 0.0  # +1 left of the way, -1 right; drawn at the episode's first tick
+
+    def act(self, obs: Observation | Array) -> FloatArray:
+        state = _state_of(obs)
+        if state.shape[0] < 18:
+            raise ValueError("the avoid expert needs the obstacle's position in the state (SO101Avoid-v0)")
+        if self.q_cmd is None or _tick_of(obs, 1) == 0:
+            self._start(so101.units_to_rad(state[:6]))
+            assert self.point is not None
+            self.side = float(self.rng.choice([-1.0, 1.0]))
+            self.waypoints = detour(self.point, state[12:15], state[15:18], self.side)
+        if self._move_towards(self.waypoints[0]) == 0.0 and len(self.waypoints) > 1:
+            self.waypoints.pop(0)
+        return self._command()
+
+
+def detour(start: Array, goal: Array, obstacle: Array, side: float) -> list[Array]:
+    """Waypoints from ``start`` to ``goal`` around ``obstacle``: a half circle of radius
+    AVOID_DETOUR about it in the horizontal direction ``side`` (+1 left of the way, -1 right)."""
+    way = goal - start
+    u = way / np.linalg.norm(way)
+    n = np.cross([0.0, 0.0, 1.0], u)
+    n = side * n / np.linalg.norm(n)
+    angles = np.linspace(math.pi, 0.0, 9)
+    arc = [obstacle + AVOID_DETOUR * (math.cos(a) * u + math.sin(a) * n) for a in angles]
+    return [*arc, goal.copy()]
 
 
 class TrackExpert(_Expert):
@@ -291,5 +333,10 @@ class PickPlaceExpert(_Expert):
 
 def make_expert(env_id: str, noise: float = 0.0, seed: int = 0) -> _Expert:
     """The scripted expert of ``env_id``: ``act(obs) -> action`` in lerobot units."""
-    experts = {"reach": ReachExpert, "track": TrackExpert, "pick_place": PickPlaceExpert}
+    experts = {
+        "reach": ReachExpert,
+        "track": TrackExpert,
+        "avoid": AvoidExpert,
+        "pick_place": PickPlaceExpert,
+    }
     return experts[task_of(env_id)](noise, seed)

@@ -10,6 +10,7 @@ from robotrl.core.protocols import RobotEnv
 ENV_IDS: dict[str, str] = {
     "robotrl/SO101Reach-v0": "reach",
     "robotrl/SO101Track-v0": "track",
+    "robotrl/SO101Avoid-v0": "avoid",
     "robotrl/SO101PickPlace-v0": "pick_place",
 }
 """Gymnasium id -> task name."""

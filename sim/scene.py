@@ -21,6 +21,8 @@ CUBE_HALF = 0.0125
 """Half the cube's edge (m): a 25 mm cube, which the SO-101's jaws grip comfortably."""
 ZONE_RADIUS = 0.04
 """Radius of the place zone (m)."""
+OBSTACLE_RADIUS = 0.025
+"""Radius of the avoid task's obstacle ball (m); visual only, touching is judged by distance."""
 EE_SITE = "gripperframe"
 
 # Contact bits: arm links (1) touch the floor; pads and cube (2) touch each other and the floor.
@@ -32,6 +34,7 @@ class SceneOptions:
     control_hz: float = 30.0
     image_size: int = 96
     with_cube: bool = False
+    with_obstacle: bool = False
 
 
 def substeps_for(control_hz: float) -> tuple[int, float]:
@@ -138,6 +141,16 @@ def build_model(options: SceneOptions) -> mujoco.MjModel:
             type=mujoco.mjtGeom.mjGEOM_SPHERE,
             size=[0.015, 0.0, 0.0],
             rgba=[0.9, 0.1, 0.1, 0.8],
+            contype=0,
+            conaffinity=0,
+        )
+    if options.with_obstacle:
+        obstacle = world.add_body(name="obstacle", pos=[0.2, 0.0, 0.06])
+        obstacle.add_geom(
+            name="obstacle",
+            type=mujoco.mjtGeom.mjGEOM_SPHERE,
+            size=[OBSTACLE_RADIUS, 0.0, 0.0],
+            rgba=[0.1, 0.3, 0.9, 0.8],
             contype=0,
             conaffinity=0,
         )

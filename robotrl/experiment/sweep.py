@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -132,9 +133,19 @@ def table(rows: list[dict[str, Any]], title: str) -> Table:
     return out
 
 
+def difference_interval(
+    p1: float, ci1: tuple[float, float], p2: float, ci2: tuple[float, float]
+) -> tuple[float, float]:
+    """95% interval of ``p1 - p2`` from each rate's Wilson interval (Newcombe's hybrid score
+    method): tighter than asking the two intervals not to overlap, which is a ~99.5% test."""
+    (l1, u1), (l2, u2) = ci1, ci2
+    d = p1 - p2
+    return d - math.hypot(p1 - l1, u2 - p2), d + math.hypot(u1 - p1, p2 - l2)
+
+
 def findings(rows: list[dict[str, Any]]) -> list[str]:
-    """prefix versus naive_async per latency: success better, worse or within the intervals, and
-    the action jerk of each (measured)."""
+    """prefix versus naive_async per latency: success better, worse or within the intervals, the
+    interval of the difference, and the action jerk of each (measured)."""
     out = []
     by = {(r["latency"], r["strategy"]): r for r in rows}
     for latency in dict.fromkeys(r["latency"] for r in rows):
@@ -147,8 +158,10 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
             verdict = "WORSE than"
         else:
             verdict = "within the 95% intervals of"
+        lo, hi = difference_interval(p["success_rate"], p["ci95"], n["success_rate"], n["ci95"])
         out.append(
             f"{latency}: prefix {p['success_rate']:.0%} is {verdict} naive_async {n['success_rate']:.0%}"
-            f"; jerk RMS {p['jerk_rms']:.0f} vs {n['jerk_rms']:.0f}"
+            f" (difference {100 * (p['success_rate'] - n['success_rate']):+.0f} points, 95% CI"
+            f" {100 * lo:+.0f} to {100 * hi:+.0f}); jerk RMS {p['jerk_rms']:.0f} vs {n['jerk_rms']:.0f}"
         )
     return out

@@ -51,7 +51,7 @@ def test_latency_sweep_writes_one_row_per_cell_and_a_plot(tmp_path: Path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_without_a_checkpoint_the_sweep_records_and_pretrains_on_the_tracking_task(tmp_path: Path):
+def test_without_a_checkpoint_the_sweep_records_and_pretrains_on_the_avoid_task(tmp_path: Path):
     cfg = load_config(
         [
             "experiment=latency_sweep",
@@ -67,7 +67,7 @@ def test_without_a_checkpoint_the_sweep_records_and_pretrains_on_the_tracking_ta
             "experiment.sweep_episodes=1",
         ]
     )
-    assert cfg.env.id == "robotrl/SO101Track-v0" and cfg.env.cameras == []
+    assert cfg.env.id == "robotrl/SO101Avoid-v0" and cfg.env.cameras == []
     assert run_sweep(cfg) == 0
     assert (tmp_path / "demos" / "meta" / "info.json").is_file()
     result = json.loads((tmp_path / "latency_sweep" / "results.json").read_text())

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from robotrl.actor.report import wilson_interval
 from robotrl.config.load import load_config
 from robotrl.config.schema import parse_latency
 from robotrl.experiment.steps import Steps, config_overrides, hydra_value
-from robotrl.experiment.sweep import findings
+from robotrl.experiment.sweep import difference_interval, findings
 
 GROUPS = ("env", "policy", "actor", "learner", "transport")
 
@@ -105,4 +106,14 @@ def test_sweep_findings_compare_prefix_with_naive_async_by_interval():
     ]
     out = findings(rows)
     assert "better than" in out[0] and "within" in out[1]
+    assert "difference +60 points" in out[0] and "difference -10 points" in out[1]
     assert out[0].endswith("jerk RMS 10 vs 30")
+
+
+def test_difference_interval_matches_newcombes_worked_example():
+    # Newcombe (1998), method 10: 56/70 versus 48/80 gives 0.0524 to 0.3339.
+    lo, hi = difference_interval(56 / 70, wilson_interval(56, 70), 48 / 80, wilson_interval(48, 80))
+    assert lo == pytest.approx(0.0524, abs=5e-4) and hi == pytest.approx(0.3339, abs=5e-4)
+    # Overlapping intervals can still differ: 78/100 versus 60/100.
+    lo, _ = difference_interval(0.78, wilson_interval(78, 100), 0.6, wilson_interval(60, 100))
+    assert wilson_interval(78, 100)[0] < wilson_interval(60, 100)[1] and lo > 0
