@@ -70,12 +70,14 @@ def subscriber_for_worker(transport: dict[str, Any]) -> WeightSource:
     return WeightSubscriber.from_config(cfg)
 
 
-def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[InferenceBackend, int]:
-    """The inference backend for the configured mode, and the policy's horizon.
+def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[InferenceBackend, int, int]:
+    """The inference backend for the configured mode, the policy's horizon, and the longest
+    committed prefix to give it (see :func:`max_prefix`).
 
     ``online``: new weights come from the learner's weight link, installed between inferences.
     """
     from robotrl.policy import inference_threads
+    from robotrl.policy.factory import trained_max_delay
 
     if cfg.actor.virtual_time:
         import torch
@@ -91,7 +93,8 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
             from robotrl.transport.weights import WeightSubscriber
 
             weights = WeightSubscriber.from_config(cfg.transport)
-        return InProcessInference(slots, weights), slots.active.horizon
+        trained = trained_max_delay(slots.active)
+        return InProcessInference(slots, weights), slots.active.horizon, max_prefix(cfg.policy, trained)
     from omegaconf import OmegaConf
 
     policy_json = OmegaConf.to_container(OmegaConf.structured(cfg.policy), enum_to_str=True)
@@ -105,7 +108,24 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
         torch_threads=inference_threads(),
     )
     backend = ProcessInference(worker_spec)
-    return backend, int(backend.info["horizon"])
+    trained = int(backend.info["max_delay"])
+    cap = max_prefix(cfg.policy, None if trained < 0 else trained)
+    return backend, int(backend.info["horizon"]), cap
+
+
+def max_prefix(policy_cfg: PolicyConfig, trained: int | None) -> int:
+    """The actor commits at most this many planned actions as a new chunk's prefix: what the
+    checkpoint was trained to continue when it says (prefix conditioning holds only within
+    the delays seen in training), else ``policy.max_delay``."""
+    if trained is None or trained == policy_cfg.max_delay:
+        return policy_cfg.max_delay
+    log.warning(
+        "policy.max_delay=%d, but the checkpoint was trained with prefixes up to %d: using %d",
+        policy_cfg.max_delay,
+        trained,
+        trained,
+    )
+    return trained
 
 
 def run_episodes(
@@ -146,7 +166,7 @@ def run_episodes(
             overwrite=cfg.actor.record_overwrite,
         )
         sink = _tee(sink, dataset)
-    backend, horizon = make_backend(cfg, spec, online)
+    backend, horizon, prefix_cap = make_backend(cfg, spec, online)
     latency = build_latency_model(cfg.actor.latency) if cfg.actor.virtual_time else None
     recording = None  # the rerun recording actor.rerun_path asks for, when no observer is given
     if observer is None and cfg.actor.rerun_path:
@@ -163,7 +183,7 @@ def run_episodes(
         latency,
         sink=sink,
         batch_transitions=cfg.transport.batch_transitions,
-        max_prefix=cfg.policy.max_delay,
+        max_prefix=prefix_cap,
         observer=observer,
     )
     results: list[EpisodeResult] = []

@@ -69,6 +69,20 @@ class WorkerSpec:
     """Extra import paths for the factories (tests put their doubles here)."""
 
 
+def _trained_max_delay(policy: ChunkPolicy) -> int:
+    """The policy's trained prefix limit for the ready message; -1 when it does not say.
+
+    Only a built-in flow policy says, and then its module is loaded already: importing the
+    policy package for any other policy would hold up the ready message by torch's import.
+    """
+    if "robotrl.policy.flow" not in sys.modules:
+        return -1
+    from robotrl.policy.factory import trained_max_delay
+
+    trained = trained_max_delay(policy)
+    return -1 if trained is None else trained
+
+
 def _import(entry: str) -> Callable[..., Any]:
     module, _, name = entry.partition(":")
     fn: Callable[..., Any] = getattr(importlib.import_module(module), name)
@@ -194,6 +208,7 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
     parent = os.getppid()
     ready = {
         "horizon": active.horizon,
+        "max_delay": _trained_max_delay(active),
         "action_dim": active.action_dim,
         "version": slots.version,
         "pid": os.getpid(),

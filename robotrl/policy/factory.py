@@ -85,6 +85,12 @@ def _check_matches(policy: FlowChunkPolicy, cfg: PolicyConfig, spec: EnvSpec) ->
     policy.cfg.flow_steps = cfg.flow_steps
 
 
+def trained_max_delay(policy: ChunkPolicy) -> int | None:
+    """The longest committed prefix a built-in flow policy was trained to continue; None for
+    other policies (a lerobot policy's prefix goes to its own guidance or blending)."""
+    return policy.cfg.max_delay if isinstance(policy, FlowChunkPolicy) else None
+
+
 def load_policy(path: str | Path, device: str = "cpu") -> ChunkPolicy:
     """A policy from a robotrl checkpoint directory (any architecture)."""
     src = Path(path)

@@ -152,14 +152,14 @@ def resim(cfg: RobotRLConfig, episodes: list[Episode]) -> int:
     run_cfg = copy.deepcopy(cfg)
     run_cfg.actor.virtual_time = True
     env = _sim_env(run_cfg, episodes, cameras=True)
-    backend, horizon = make_backend(run_cfg, env.spec, online=False)
+    backend, horizon, prefix_cap = make_backend(run_cfg, env.spec, online=False)
     loop = build_loop(
         env,
         backend,
         run_cfg.actor,
         horizon,
         build_latency_model(run_cfg.actor.latency),
-        max_prefix=run_cfg.policy.max_delay,
+        max_prefix=prefix_cap,
     )
     rows = []
     try:
