@@ -23,6 +23,21 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def chunk_too_short(p90_delay_ticks: float | None, horizon: int, margin_ticks: int) -> str | None:
+    """Why the robot starves every chunk, or None: with one inference in flight, a chunk that
+    arrives after ``d`` ticks leaves ``H - d`` planned ticks, and the next one takes ``d`` again;
+    past ``d + margin > H - d`` the plan runs out before each new chunk, whatever the strategy."""
+    if p90_delay_ticks is None or 2 * p90_delay_ticks + margin_ticks <= horizon:
+        return None
+    longest = (horizon - margin_ticks) // 2
+    needed = 2 * math.ceil(p90_delay_ticks) + margin_ticks
+    return (
+        f"inference takes {p90_delay_ticks:.0f} ticks (p90), more than the {longest} a {horizon}-step "
+        f"chunk can hide (one inference in flight, margin {margin_ticks}): the robot holds still "
+        f"before every new chunk. Use a longer policy.horizon (>= {needed}) or a faster policy or host."
+    )
+
+
 def summarize(results: Sequence[EpisodeResult], control_hz: float, wall_clock: bool) -> dict[str, Any]:
     """One flat dict of the headline figures over ``results``."""
     n = len(results)

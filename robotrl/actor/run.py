@@ -28,7 +28,7 @@ from robotrl.actor.inference import InProcessInference
 from robotrl.actor.loop import EpisodeResult
 from robotrl.actor.main import build_loop
 from robotrl.actor.recorder import TransitionSink
-from robotrl.actor.report import summarize
+from robotrl.actor.report import chunk_too_short, summarize
 from robotrl.actor.slots import PolicySlots
 from robotrl.actor.worker import ProcessInference, WorkerSpec
 from robotrl.config.schema import PolicyConfig, RobotRLConfig, TransportConfig
@@ -230,6 +230,10 @@ def run_episodes(
         latency=cfg.actor.latency.kind.value if cfg.actor.virtual_time else "wall-clock",
         wall_s=round(time.perf_counter() - start, 2),
     )
+    diagnosis = chunk_too_short(summary["p90_delay_ticks"], horizon, cfg.actor.margin_ticks)
+    if diagnosis is not None and summary["starved_ticks"]:
+        summary["diagnosis"] = diagnosis
+        log.warning("%s", diagnosis)
     report = getattr(env, "report", None)  # a real arm: every safety clamp, hold and stop, counted
     if callable(report):
         summary["arm"] = report()

@@ -47,3 +47,17 @@ def test_eval_in_wall_clock_time_runs_the_policy_in_a_worker(tmp_path):
     summary = run_eval(tmp_path, "actor.episodes=1", "actor.virtual_time=false")
     assert summary["latency"] == "wall-clock" and 0 < summary["ticks"] <= 60
     assert "jitter_p99_ms" in summary and summary["failures"] == []
+
+
+@pytest.mark.timeout(300)
+def test_an_inference_slower_than_half_a_chunk_is_explained_in_the_summary(tmp_path):
+    # 600 ms at 30 Hz is 18 ticks; a 32-step chunk then leaves 14: the robot must hold.
+    summary = run_eval(
+        tmp_path,
+        "actor.episodes=1",
+        "policy.max_delay=24",
+        "actor.latency.kind=constant",
+        "actor.latency.median_s=0.6",
+    )
+    assert summary["starved_ticks"] > 0
+    assert "policy.horizon (>= 38)" in summary["diagnosis"]

@@ -247,3 +247,12 @@ def test_the_prefix_is_handed_over_as_the_robot_will_execute_it_clipped_to_the_b
     assert result.clamped_ticks > 0 and any(float(p.max()) == 20.0 for p in given)
     assert all(float(p.max()) <= 20.0 for p in given)
     assert max(float(a.max()) for a in env.executed) == 20.0
+
+
+def test_a_delay_past_half_the_chunk_is_diagnosed_and_a_shorter_one_is_not():
+    from robotrl.actor.report import chunk_too_short
+
+    assert chunk_too_short(None, 32, 2) is None  # no chunk measured
+    assert chunk_too_short(15.0, 32, 2) is None  # 15 + 2 <= 32 - 15: the plan lasts
+    diagnosis = chunk_too_short(18.0, 32, 2)
+    assert diagnosis is not None and "policy.horizon (>= 38)" in diagnosis
