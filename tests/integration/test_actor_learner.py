@@ -66,4 +66,6 @@ def test_actor_streams_every_transition_to_the_learner(tmp_path):
     # (its last metrics line may precede the last batches).
     final = Checkpointer(tmp_path / "learner").latest()
     assert final is not None, out[-3000:]
-    assert json.loads((final / "counters.json").read_text())["transitions"] == summary["ticks"] == 6 * 90
+    # (An episode ends early when a policy version the learner published happens to succeed.)
+    assert json.loads((final / "counters.json").read_text())["transitions"] == summary["ticks"]
+    assert 0 < summary["ticks"] <= 6 * 90
