@@ -30,13 +30,14 @@ import torch
 from torch import nn
 
 from robotrl.config.schema import AdvantageKind, LearnerConfig
-from robotrl.core.types import IMAGE_KEY_PREFIX, STATE_KEY
+from robotrl.core.types import ACTION_MASK_KEY, IMAGE_KEY_PREFIX, STATE_KEY
 from robotrl.learner.nets import Critic
 from robotrl.learner.replay import (
     ACTOR_SAMPLE_KEY,
     DISCOUNT_KEY,
     DONE_KEY,
     NEXT_PREFIX,
+    POLICY_MASK_KEY,
     RETURN_TO_GO_KEY,
     REWARD_KEY,
 )
@@ -72,6 +73,8 @@ class PolicyTrainer:
 
     def _policy_step(self, batch: Mapping[str, Any], weights: torch.Tensor | None) -> float:
         self.policy.train()
+        if POLICY_MASK_KEY in batch:  # the actor learns a chunk's own rows (see replay.POLICY_MASK_KEY)
+            batch = {**batch, ACTION_MASK_KEY: batch[POLICY_MASK_KEY]}
         with autocast(self.device):
             per_sample = self.policy.per_sample_loss(batch).float()
         # Weights are self-normalised (a weighted mean): they choose which samples to imitate, not

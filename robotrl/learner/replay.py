@@ -70,9 +70,12 @@ from robotrl.core.types import (
 )
 
 NEXT_PREFIX = "next."
-ACTOR_SAMPLE_KEY = "actor_sample"
-"""Per sample: whether the actor may learn from it (a chunk start or a demonstration window)."""
 """Next-state keys are the observation keys with this prefix: ``next.observation.state``."""
+ACTOR_SAMPLE_KEY = "actor_sample"
+"""bool (B,): whether the actor may learn from the sample (a chunk start or a demonstration window)."""
+POLICY_MASK_KEY = "policy_mask"
+"""bool (B, H): the rows the actor may learn from: a chunk start's own chunk (the rows it
+produced, after its committed prefix), every real row of a demonstration window."""
 REWARD_KEY = "reward"
 """float32 (B,): discounted reward sum over the chunk's real actions."""
 DISCOUNT_KEY = "discount"
@@ -172,6 +175,7 @@ class ChunkReplay:
         self._real = np.zeros(n, np.int32)
         self._chunk_start = np.zeros(n, np.bool_)  # a chunk was computed from this row's observation
         self._start_delay = np.zeros(n, np.int64)  # ... with this delay
+        self._start_chunk = np.full(n, -1, np.int64)  # ... and this chunk id
 
         self._owned_dir = storage_dir is None
         self._dir = Path(tempfile.mkdtemp(prefix=f"robotrl-{name}-") if storage_dir is None else storage_dir)
@@ -342,6 +346,7 @@ class ChunkReplay:
                 if not self._chunk_start[origin]:
                     self._chunk_start[origin] = True
                     self._start_delay[origin] = delays[i]
+                    self._start_chunk[origin] = chunk_ids[i]
             if not (terminated[i] or truncated[i]):
                 continue
             chunk = [p for p, _ in pending]
@@ -407,6 +412,7 @@ class ChunkReplay:
             delay = self._delay[idx]
             chunk_start = self._chunk_start[idx]
             start_delay = self._start_delay[idx]
+            own_chunk = self._chunk_id[safe] == self._start_chunk[idx][:, None]
             out: Batch = {
                 STATE_KEY: self._state[idx],
                 ACTION_KEY: self._action[safe] * mask[..., None],
@@ -427,6 +433,8 @@ class ChunkReplay:
         prefix = np.where(chunk_start, start_delay, np.where(delay >= 0, delay, drawn))
         out[ACTOR_SAMPLE_KEY] = chunk_start | (delay < 0)
         out[PREFIX_LEN_KEY] = np.clip(prefix, 0, np.maximum(real - 1, 0)).astype(np.int64)
+        in_prefix = np.arange(s.horizon) < out[PREFIX_LEN_KEY][:, None]
+        out[POLICY_MASK_KEY] = mask & np.where(chunk_start[:, None], own_chunk | in_prefix, True)
         return out
 
     def gather(
@@ -502,7 +510,7 @@ class ChunkReplay:
         "_state", "_action", "_reward", "_terminated", "_truncated", "_intervention", "_episode", "_tick",
         "_chunk_id", "_index_in_chunk", "_version", "_delay", "_instruction", "_serial", "_ready",
         "_chunk_rows", "_next_row", "_return", "_discount", "_done", "_real", "_chunk_start", "_start_delay",
-        "_return_to_go",
+        "_return_to_go", "_start_chunk",
     )  # fmt: skip
 
     def save(self, folder: Path) -> None:

@@ -13,7 +13,14 @@ from robotrl.config.schema import AdvantageKind, LearnerConfig
 from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, PREFIX_LEN_KEY, STATE_KEY
 from robotrl.learner.bc import BehaviourCloning
 from robotrl.learner.rapi import RAPI, expectile_loss
-from robotrl.learner.replay import ACTOR_SAMPLE_KEY, NEXT_PREFIX, RETURN_TO_GO_KEY, ChunkReplay, ReplaySpec
+from robotrl.learner.replay import (
+    ACTOR_SAMPLE_KEY,
+    NEXT_PREFIX,
+    POLICY_MASK_KEY,
+    RETURN_TO_GO_KEY,
+    ChunkReplay,
+    ReplaySpec,
+)
 from robotrl.learner.torch_utils import to_torch
 
 CPU = torch.device("cpu")
@@ -296,6 +303,26 @@ def test_samples_the_replay_marks_not_for_the_actor_do_not_move_the_policy():
     policy = MLPChunkPolicy(2, 2, 1)
     BehaviourCloning(policy, quick_cfg(), CPU).update_group(lambda: unmarked)
     assert not torch.allclose(torch.cat([p.detach().flatten() for p in policy.parameters()]), params[0])
+
+
+def test_rows_outside_the_policy_mask_do_not_move_the_policy():
+    """The actor learns a chunk start's own rows only; the rows after the next hand-over may hold
+    anything (here: garbage) without changing the update."""
+    buf = ChunkReplay(ReplaySpec(2, 1, 4, gamma=0.99), 256)
+    for ep in range(4):
+        buf.add(episode_batch("a", ep, range(8), end="terminated", action_dim=1, delay=-1))
+    batch = buf.sample(32, np.random.default_rng(0))
+    own = np.arange(4) < 2
+    batch[POLICY_MASK_KEY] = batch[POLICY_MASK_KEY] & own
+    garbage = dict(batch)
+    garbage[ACTION_KEY] = np.where(own[None, :, None], batch[ACTION_KEY], 1e4).astype(np.float32)
+    params = []
+    for b in (batch, garbage):
+        torch.manual_seed(0)
+        policy = MLPChunkPolicy(2, 4, 1)
+        BehaviourCloning(policy, quick_cfg(), CPU).update_group(lambda b=b: b)
+        params.append(torch.cat([p.detach().flatten() for p in policy.parameters()]))
+    torch.testing.assert_close(params[0], params[1])
 
 
 def test_the_mc_advantage_is_the_return_to_go_minus_v_where_the_episode_ended():

@@ -16,6 +16,7 @@ from robotrl.learner.replay import (
     DISCOUNT_KEY,
     DONE_KEY,
     NEXT_PREFIX,
+    POLICY_MASK_KEY,
     RETURN_TO_GO_KEY,
     REWARD_KEY,
     VERSION_KEY,
@@ -272,3 +273,31 @@ def test_the_actor_learns_from_chunk_starts_with_their_delay_and_from_every_demo
     demo = make(max_delay=2)
     demo.add(episode_batch("d", 1, range(9), end="terminated", delay=-1))
     assert demo.sample(50, np.random.default_rng(1))[ACTOR_SAMPLE_KEY].all()
+
+
+def test_the_actor_learns_only_the_rows_its_chunk_start_produced():
+    """Chunk c is observed at tick 2c with delay 1 and runs ticks 2c+1 and 2c+2: a 4-row window
+    from 2c ends with a row the next chunk planned from a later observation. The actor's mask
+    drops it (the committed prefix stays: it is the policy's input); the critic's keeps it."""
+    ticks = np.arange(16)
+    chunk = np.maximum(0, (ticks - 1) // 2)
+    rows = [
+        dataclasses.replace(t, chunk_id=int(c), index_in_chunk=int(t.tick - 2 * c), delay_ticks=int(c > 0))
+        for t, c in zip(
+            episode_batch("a", 1, range(16), end="terminated").to_transitions(), chunk, strict=True
+        )
+    ]
+    buf = make(max_delay=2)
+    buf.add(TransitionBatch.from_transitions(rows))
+    b = buf.sample(400, np.random.default_rng(0))
+    start = b[STATE_KEY][:, 1].astype(int)
+    starts = b[ACTOR_SAMPLE_KEY] & (start + H <= 16)
+    assert starts.any()
+    own_rows = np.tile([True, True, True, False], (starts.sum(), 1))
+    np.testing.assert_array_equal(b[POLICY_MASK_KEY][starts], own_rows)
+    assert b[ACTION_MASK_KEY][starts].all()
+    # A demonstration window is the expert's throughout.
+    demo = make(max_delay=2)
+    demo.add(episode_batch("d", 1, range(9), end="terminated", delay=-1))
+    d = demo.sample(50, np.random.default_rng(1))
+    np.testing.assert_array_equal(d[POLICY_MASK_KEY], d[ACTION_MASK_KEY])
