@@ -27,20 +27,24 @@ from robotrl.learner.loop import Learner
 from robotrl.learner.metrics import MetricsLog
 from robotrl.learner.replay import ChunkReplay, ReplaySpec
 from robotrl.learner.torch_utils import resolve_device
+from robotrl.policy.factory import trained_max_delay
 
 METRICS_FILE = "learner_metrics.jsonl"
 JOURNAL_DIR = "journal"
 RERUN_FILE = "learner.rrd"
 
 
-def replay_spec(cfg: RobotRLConfig, spec: EnvSpec, horizon: int) -> ReplaySpec:
+def replay_spec(cfg: RobotRLConfig, spec: EnvSpec, horizon: int, max_delay: int | None = None) -> ReplaySpec:
+    """Rows as ``spec`` makes them; demonstration windows draw committed prefixes up to
+    ``max_delay`` (the policy's trained maximum; None: ``policy.max_delay``)."""
+    delay = cfg.policy.max_delay if max_delay is None else max_delay
     return ReplaySpec(
         state_dim=spec.state_dim,
         action_dim=spec.action_dim,
         horizon=horizon,
         cameras=dict(spec.camera_shapes),
         gamma=cfg.learner.gamma,
-        max_delay=min(cfg.policy.max_delay, horizon - 1),
+        max_delay=min(delay, horizon - 1),
     )
 
 
@@ -68,7 +72,7 @@ def build_learner(
     """Everything but the links and the policy, which the caller provides."""
     lrn = cfg.learner
     device = resolve_device(lrn.device)
-    rspec = replay_spec(cfg, spec, int(policy.horizon))
+    rspec = replay_spec(cfg, spec, int(policy.horizon), trained_max_delay(policy))
     storage = Path(lrn.storage_dir) if lrn.storage_dir else None
     online = ChunkReplay(rspec, lrn.online_capacity, storage, "online")
     anchor = AnchorBuffer(rspec, lrn.anchor_capacity, lrn.fastest_successes, spec.max_episode_ticks, storage)

@@ -13,7 +13,7 @@ from learner_doubles import MLPChunkPolicy, episode_batch
 from robotrl.config.schema import AlgorithmKind, LearnerConfig, RobotRLConfig
 from robotrl.core.types import EnvSpec
 from robotrl.learner.inproc import QueueLink
-from robotrl.learner.main import METRICS_FILE, build_learner
+from robotrl.learner.main import METRICS_FILE, build_learner, replay_spec
 from robotrl.learner.replay import VERSION_KEY
 
 CAMS = {"front": (16, 16, 3)}
@@ -195,3 +195,13 @@ def test_prefetched_batches_train_the_same_loop(tmp_path):
     assert not any(t.name == "prefetch" and t.is_alive() for t in threading.enumerate())
     learner.online.close()
     learner.anchor.close()
+
+
+def test_demonstration_prefixes_follow_the_policys_trained_max_delay():
+    """A checkpoint trained to continue prefixes up to 5 gets demonstration windows with prefixes
+    up to 5, whatever policy.max_delay says; without one, policy.max_delay (below the horizon)."""
+    cfg = RobotRLConfig()
+    cfg.policy.max_delay = 12
+    assert replay_spec(cfg, SPEC, 32, max_delay=5).max_delay == 5
+    assert replay_spec(cfg, SPEC, 32).max_delay == 12
+    assert replay_spec(cfg, SPEC, 8).max_delay == 7
