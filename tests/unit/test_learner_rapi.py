@@ -281,6 +281,14 @@ def test_actor_weights_are_a_weighted_mean_and_the_policy_has_its_own_learning_r
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-7)
 
 
+def bc_update(batch: dict, horizon: int) -> torch.Tensor:
+    """A fresh (seeded) policy's parameters after one BC update group on ``batch``."""
+    torch.manual_seed(0)
+    policy = MLPChunkPolicy(2, horizon, 1)
+    BehaviourCloning(policy, quick_cfg(), CPU).update_group(lambda: batch)
+    return torch.cat([p.detach().flatten() for p in policy.parameters()])
+
+
 def test_samples_the_replay_marks_not_for_the_actor_do_not_move_the_policy():
     buf = ChunkReplay(ReplaySpec(2, 1, 2, gamma=0.99), 256)
     for ep in range(4):
@@ -290,19 +298,11 @@ def test_samples_the_replay_marks_not_for_the_actor_do_not_move_the_policy():
     batch[ACTOR_SAMPLE_KEY] = keep
     garbage = dict(batch)
     garbage[ACTION_KEY] = np.where(keep[:, None, None], batch[ACTION_KEY], 1e4).astype(np.float32)
-    params = []
-    for b in (batch, garbage):
-        torch.manual_seed(0)
-        policy = MLPChunkPolicy(2, 2, 1)
-        BehaviourCloning(policy, quick_cfg(), CPU).update_group(lambda b=b: b)
-        params.append(torch.cat([p.detach().flatten() for p in policy.parameters()]))
-    torch.testing.assert_close(params[0], params[1])
+    params = bc_update(batch, 2)
+    torch.testing.assert_close(bc_update(garbage, 2), params)
     unmarked = dict(garbage)
     del unmarked[ACTOR_SAMPLE_KEY]
-    torch.manual_seed(0)
-    policy = MLPChunkPolicy(2, 2, 1)
-    BehaviourCloning(policy, quick_cfg(), CPU).update_group(lambda: unmarked)
-    assert not torch.allclose(torch.cat([p.detach().flatten() for p in policy.parameters()]), params[0])
+    assert not torch.allclose(bc_update(unmarked, 2), params)
 
 
 def test_rows_outside_the_policy_mask_do_not_move_the_policy():
@@ -316,13 +316,7 @@ def test_rows_outside_the_policy_mask_do_not_move_the_policy():
     batch[POLICY_MASK_KEY] = batch[POLICY_MASK_KEY] & own
     garbage = dict(batch)
     garbage[ACTION_KEY] = np.where(own[None, :, None], batch[ACTION_KEY], 1e4).astype(np.float32)
-    params = []
-    for b in (batch, garbage):
-        torch.manual_seed(0)
-        policy = MLPChunkPolicy(2, 4, 1)
-        BehaviourCloning(policy, quick_cfg(), CPU).update_group(lambda b=b: b)
-        params.append(torch.cat([p.detach().flatten() for p in policy.parameters()]))
-    torch.testing.assert_close(params[0], params[1])
+    torch.testing.assert_close(bc_update(garbage, 4), bc_update(batch, 4))
 
 
 def test_the_mc_advantage_is_the_return_to_go_minus_v_where_the_episode_ended():

@@ -249,18 +249,25 @@ def test_saved_buffer_restores_rows_samples_and_the_open_episode(tmp_path):
         make(capacity=256, cameras=CAMS).load(tmp_path / "online")
 
 
+def chunked_episode(ticks: int, period: int) -> list:
+    """An actor's terminated episode whose chunk c is observed at tick ``period * c`` with delay 1
+    (the first chunk: 0, the robot waited) and runs until the next one takes over."""
+    chunk = np.maximum(0, (np.arange(ticks) - 1) // period)
+    return [
+        dataclasses.replace(
+            t, chunk_id=int(c), index_in_chunk=int(t.tick - period * c), delay_ticks=int(c > 0)
+        )
+        for t, c in zip(
+            episode_batch("a", 1, range(ticks), end="terminated").to_transitions(), chunk, strict=True
+        )
+    ]
+
+
 def test_the_actor_learns_from_chunk_starts_with_their_delay_and_from_every_demonstration_window():
     """Chunk c is observed at tick 3c and runs from index 1 (delay 1; the first chunk: 0, the robot
     waited) until the next one: only windows from ticks 0, 3, 6, ... are a plan some policy made
     from that state; the episode arrives in two batches, as the actor streams it."""
-    ticks = np.arange(20)
-    chunk = np.maximum(0, (ticks - 1) // 3)
-    rows = [
-        dataclasses.replace(t, chunk_id=int(c), index_in_chunk=int(t.tick - 3 * c), delay_ticks=int(c > 0))
-        for t, c in zip(
-            episode_batch("a", 1, range(20), end="terminated").to_transitions(), chunk, strict=True
-        )
-    ]
+    rows = chunked_episode(20, period=3)
     buf = make(max_delay=2)
     buf.add(TransitionBatch.from_transitions(rows[:10]))
     buf.add(TransitionBatch.from_transitions(rows[10:]))
@@ -279,16 +286,8 @@ def test_the_actor_learns_only_the_rows_its_chunk_start_produced():
     """Chunk c is observed at tick 2c with delay 1 and runs ticks 2c+1 and 2c+2: a 4-row window
     from 2c ends with a row the next chunk planned from a later observation. The actor's mask
     drops it (the committed prefix stays: it is the policy's input); the critic's keeps it."""
-    ticks = np.arange(16)
-    chunk = np.maximum(0, (ticks - 1) // 2)
-    rows = [
-        dataclasses.replace(t, chunk_id=int(c), index_in_chunk=int(t.tick - 2 * c), delay_ticks=int(c > 0))
-        for t, c in zip(
-            episode_batch("a", 1, range(16), end="terminated").to_transitions(), chunk, strict=True
-        )
-    ]
     buf = make(max_delay=2)
-    buf.add(TransitionBatch.from_transitions(rows))
+    buf.add(TransitionBatch.from_transitions(chunked_episode(16, period=2)))
     b = buf.sample(400, np.random.default_rng(0))
     start = b[STATE_KEY][:, 1].astype(int)
     starts = b[ACTOR_SAMPLE_KEY] & (start + H <= 16)
