@@ -169,6 +169,9 @@ class DelayedBiasUpdate:
         update, self._update = self._update, None
         return update
 
+    def recv(self, timeout_s: float) -> Any:
+        return self.latest()
+
     def close(self) -> None:
         pass
 

@@ -73,6 +73,20 @@ class InProcessInference:
         self._stage_arrived()
         return self.slots.newest_version
 
+    def wait_for_version(self, version: int, timeout_s: float) -> int:
+        """Stage arriving updates until one is at least ``version`` or ``timeout_s`` passes; the
+        newest version staged or active. Loading waits for the next inference, as ever."""
+        deadline = time.monotonic() + timeout_s
+        self._stage_arrived()
+        while self._weights is not None and self.slots.newest_version < version:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            update = self._weights.recv(remaining)
+            if update is not None:
+                self.slots.stage(update)
+        return self.slots.newest_version
+
     def poll(self) -> InferenceReply | None:
         return self._replies.popleft() if self._replies else None
 

@@ -27,6 +27,7 @@ from rich.table import Table
 from robotrl.actor.inference import InProcessInference
 from robotrl.actor.loop import EpisodeResult
 from robotrl.actor.main import build_loop
+from robotrl.actor.pace import LearnerPace
 from robotrl.actor.recorder import TransitionSink
 from robotrl.actor.report import chunk_too_short, summarize
 from robotrl.actor.slots import PolicySlots
@@ -186,6 +187,10 @@ def run_episodes(
         max_prefix=prefix_cap,
         observer=observer,
     )
+    pace = None
+    if online and cfg.actor.virtual_time and cfg.actor.versions_per_episode > 0:
+        assert isinstance(backend, InProcessInference)  # virtual time: the serial runner
+        pace = LearnerPace(backend, cfg.actor.versions_per_episode, cfg.actor.weights_wait_s)
     results: list[EpisodeResult] = []
     stop = threading.Event()  # Ctrl-C: end the episode at the next tick (the arm holds), then stop
 
@@ -203,6 +208,9 @@ def run_episodes(
             for i in itertools.count() if total is None else range(total):
                 if stop.is_set():
                     break
+                if pace is not None and not pace.gave_up and pace.wanted(i) > backend.newest_version():
+                    progress.update(task, status=f"waiting for the learner's v{pace.wanted(i)}")
+                    pace.before_episode(i)
                 result = loop.run_episode(i, seed=cfg.actor.seed + i)
                 results.append(result)
                 wins = sum(r.success for r in results)

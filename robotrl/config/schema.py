@@ -138,6 +138,14 @@ class ActorConfig:
     """blend: weight of the old chunk decays by this factor per overlapping tick."""
     episodes: int = 10
     """Episodes to run (eval) or 0 to run until stopped (online)."""
+    versions_per_episode: float = 0.0
+    """Virtual time, online: episode k starts once the learner has published policy version
+    floor(k * this). Virtual time runs the robot as fast as the CPU allows, so an unpaced actor
+    can finish every episode on its first weights; a real arm gets a fixed share of learner
+    updates per episode, and this keeps that share in the sim, whatever the load. 0: no pace."""
+    weights_wait_s: float = 120.0
+    """versions_per_episode: longest wait for a version; after one timeout (a learner that has
+    stopped publishing) the actor logs it and runs on unpaced."""
     seed: int = 0
     """Seed of the first episode; episode i uses seed + i."""
     max_inference_errors: int = 3
@@ -561,6 +569,9 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     if a.episodes < 0:
         out.append(("actor.episodes", f"must be >= 0, got {a.episodes}"))
     out += _positive("actor.max_inference_errors", a.max_inference_errors)
+    if a.versions_per_episode < 0:
+        out.append(("actor.versions_per_episode", f"must be >= 0, got {a.versions_per_episode}"))
+    out += _positive("actor.weights_wait_s", a.weights_wait_s)
     if not a.actor_id:
         out.append(("actor.actor_id", "must not be empty"))
     if a.record_dataset is not None and not a.record_dataset.strip():

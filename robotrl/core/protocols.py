@@ -175,6 +175,10 @@ class WeightSource(Protocol):
         """The newest complete, verified update not yet returned, or None at once."""
         ...
 
+    def recv(self, timeout_s: float) -> WeightUpdate | None:
+        """As :meth:`latest`, waiting up to ``timeout_s`` for one to arrive."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -1,0 +1,52 @@
+"""Virtual time, online: episode k waits until the learner has published version floor(k * rate).
+
+In virtual time the robot runs as fast as the CPU allows, so an unpaced actor may finish
+all its episodes on the first weights while the learner is still warming up: the run
+becomes offline learning from the starting policy's data, and how much the learner
+updated per episode depends on the machine's load. A real arm gets a fixed share of
+learner time per episode. ``actor.versions_per_episode`` fixes that share in the sim,
+so a fine-tuning run is the same on a fast or a loaded machine. Waiting happens between
+episodes (the robot is at reset), never during one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from robotrl.actor.inference import InProcessInference
+
+log = logging.getLogger(__name__)
+
+
+class LearnerPace:
+    """Holds each episode until the learner's version catches up; gives up after one timeout."""
+
+    def __init__(self, backend: InProcessInference, versions_per_episode: float, timeout_s: float) -> None:
+        if versions_per_episode <= 0 or timeout_s <= 0:
+            raise ValueError(
+                f"LearnerPace: versions_per_episode and timeout_s must be > 0, "
+                f"got {versions_per_episode} and {timeout_s}"
+            )
+        self.backend, self.rate, self.timeout_s = backend, versions_per_episode, timeout_s
+        self.gave_up = False
+
+    def wanted(self, episode: int) -> int:
+        """The version episode ``episode`` (0-based) starts with at the least."""
+        return math.floor(episode * self.rate)
+
+    def before_episode(self, episode: int) -> None:
+        if self.gave_up:
+            return
+        want = self.wanted(episode)
+        got = self.backend.wait_for_version(want, self.timeout_s)
+        if got < want:
+            self.gave_up = True
+            log.warning(
+                "episode %d waited %.0f s for policy version %d and has %d: the learner has stopped "
+                "publishing (done or down); the actor runs on unpaced",
+                episode,
+                self.timeout_s,
+                want,
+                got,
+            )

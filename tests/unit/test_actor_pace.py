@@ -1,0 +1,68 @@
+"""Virtual-time pacing: an online actor's episode waits for the learner's version, between episodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from doubles import TickPolicy
+
+from robotrl.actor.inference import InProcessInference
+from robotrl.actor.pace import LearnerPace
+from robotrl.actor.slots import PolicySlots
+from robotrl.config.schema import RobotRLConfig, problems
+from robotrl.core.types import WeightUpdate
+
+
+class Versions:
+    """A weight source whose updates (the given versions, in order) arrive only while waited for."""
+
+    def __init__(self, versions: list[int]) -> None:
+        self.pending = [
+            WeightUpdate.build(v, {"bias": np.array([v], np.float32)}, subset="trainable") for v in versions
+        ]
+        self.waits = 0
+
+    def latest(self) -> WeightUpdate | None:
+        return None
+
+    def recv(self, timeout_s: float) -> WeightUpdate | None:
+        self.waits += 1
+        return self.pending.pop(0) if self.pending else None
+
+    def close(self) -> None:
+        pass
+
+
+def backend(source: Versions) -> InProcessInference:
+    return InProcessInference(PolicySlots(TickPolicy(), TickPolicy()), source)
+
+
+def test_an_episode_waits_for_the_version_its_number_asks_and_no_further():
+    source = Versions([1, 2, 3, 4])
+    pace = LearnerPace(backend(source), versions_per_episode=0.5, timeout_s=30.0)
+    assert [pace.wanted(k) for k in range(5)] == [0, 0, 1, 1, 2]
+    pace.before_episode(1)
+    assert source.waits == 0  # version 0 is there
+    pace.before_episode(6)
+    assert pace.backend.newest_version() == 3 and source.waits == 3  # version 4 is not taken early
+    assert not pace.gave_up
+
+
+def test_a_learner_that_stopped_publishing_costs_one_timeout_then_the_actor_runs_unpaced():
+    source = Versions([1])
+    pace = LearnerPace(backend(source), versions_per_episode=1.0, timeout_s=0.05)
+    pace.before_episode(3)
+    assert pace.gave_up and pace.backend.newest_version() == 1
+    waits = source.waits
+    pace.before_episode(4)
+    assert source.waits == waits
+
+
+def test_pace_settings_are_checked():
+    cfg = RobotRLConfig()
+    cfg.actor.versions_per_episode = -1.0
+    cfg.actor.weights_wait_s = 0.0
+    fields = {f for f, _ in problems(cfg)}
+    assert {"actor.versions_per_episode", "actor.weights_wait_s"} <= fields
+    with pytest.raises(ValueError, match="must be > 0"):
+        LearnerPace(backend(Versions([])), versions_per_episode=0.0, timeout_s=1.0)
