@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import sys
+import threading
 import time
 from collections import deque
 
@@ -73,16 +74,17 @@ class InProcessInference:
         self._stage_arrived()
         return self.slots.newest_version
 
-    def wait_for_version(self, version: int, timeout_s: float) -> int:
-        """Stage arriving updates until one is at least ``version`` or ``timeout_s`` passes; the
-        newest version staged or active. Loading waits for the next inference, as ever."""
+    def wait_for_version(self, version: int, timeout_s: float, stop: threading.Event | None = None) -> int:
+        """Stage arriving updates until one is at least ``version``, ``timeout_s`` passes or ``stop``
+        is set (checked every 0.1 s); the newest version staged or active. Loading still waits
+        for the next inference."""
         deadline = time.monotonic() + timeout_s
         self._stage_arrived()
         while self._weights is not None and self.slots.newest_version < version:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or (stop is not None and stop.is_set()):
                 break
-            update = self._weights.recv(remaining)
+            update = self._weights.recv(min(remaining, 0.1))
             if update is not None:
                 self.slots.stage(update)
         return self.slots.newest_version

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 
 from robotrl.actor.inference import InProcessInference
 
@@ -35,12 +36,13 @@ class LearnerPace:
         """The version episode ``episode`` (0-based) starts with at the least."""
         return math.floor(episode * self.rate)
 
-    def before_episode(self, episode: int) -> None:
+    def before_episode(self, episode: int, stop: threading.Event | None = None) -> None:
+        """Wait for episode ``episode``'s version; ``stop`` (Ctrl-C) ends the wait at once."""
         if self.gave_up:
             return
         want = self.wanted(episode)
-        got = self.backend.wait_for_version(want, self.timeout_s)
-        if got < want:
+        got = self.backend.wait_for_version(want, self.timeout_s, stop)
+        if got < want and not (stop is not None and stop.is_set()):
             self.gave_up = True
             log.warning(
                 "episode %d waited %.0f s for policy version %d and has %d: the learner has stopped "

@@ -210,7 +210,9 @@ def run_episodes(
                     break
                 if pace is not None and not pace.gave_up and pace.wanted(i) > backend.newest_version():
                     progress.update(task, status=f"waiting for the learner's v{pace.wanted(i)}")
-                    pace.before_episode(i)
+                    pace.before_episode(i, stop)
+                    if stop.is_set():
+                        break
                 result = loop.run_episode(i, seed=cfg.actor.seed + i)
                 results.append(result)
                 wins = sum(r.success for r in results)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from doubles import TickPolicy
@@ -66,3 +68,11 @@ def test_pace_settings_are_checked():
     assert {"actor.versions_per_episode", "actor.weights_wait_s"} <= fields
     with pytest.raises(ValueError, match="must be > 0"):
         LearnerPace(backend(Versions([])), versions_per_episode=0.0, timeout_s=1.0)
+
+
+def test_ctrl_c_ends_a_wait_at_once_without_giving_up():
+    stop = threading.Event()
+    stop.set()
+    pace = LearnerPace(backend(Versions([])), versions_per_episode=1.0, timeout_s=600.0)
+    pace.before_episode(2, stop)  # a wait of 600 s would time the test out
+    assert not pace.gave_up
