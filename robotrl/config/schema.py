@@ -196,6 +196,11 @@ class LearnerConfig:
     policy_lr: float | None = None
     """Adam learning rate of the policy; None uses ``lr``. Fine-tuning a pretrained policy
     wants a smaller one than a critic learning from scratch."""
+    policy_ema: float = 0.0
+    """Decay of a running (Polyak) average of the policy's weights, per actor update; the learner
+    publishes and checkpoints the average instead of the last iterate (0.995: about the last
+    200 updates). At a constant learning rate the last iterate wanders: two runs of one demo
+    config scored 36% and 68%. 0: publish the last iterate."""
     online_capacity: int = 200_000
     """Transitions the online buffer holds."""
     anchor_capacity: int = 100_000
@@ -598,6 +603,8 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     out += _positive("learner.lr", lrn.lr)
     if lrn.policy_lr is not None:
         out += _positive("learner.policy_lr", lrn.policy_lr)
+    if not 0 <= lrn.policy_ema < 1:
+        out.append(("learner.policy_ema", f"must be in [0, 1), got {lrn.policy_ema}"))
     out += _positive("learner.online_capacity", lrn.online_capacity)
     out += _positive("learner.anchor_capacity", lrn.anchor_capacity)
     if lrn.max_policy_lag is not None and lrn.max_policy_lag < 0:

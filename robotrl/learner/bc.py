@@ -26,13 +26,8 @@ class BehaviourCloning(PolicyTrainer):
         }
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "policy": self.policy.state_dict(),
-            "policy_opt": self.policy_opt.state_dict(),
-            "counters": {"actor_updates": self.actor_updates},
-        }
+        return {**self.policy_state(), "counters": {"actor_updates": self.actor_updates}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.policy_opt.load_state_dict(state["policy_opt"])
+        self.load_policy_state(state)
         self.actor_updates = int(state["counters"]["actor_updates"])

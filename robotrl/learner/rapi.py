@@ -59,13 +59,17 @@ def polyak(target: nn.Module, source: nn.Module, tau: float) -> None:
 
 
 class PolicyTrainer:
-    """What RAPI and BC share: the policy, its optimiser, batch transfer and the update count."""
+    """What RAPI and BC share: the policy, its optimiser, its weight average (``policy_ema``),
+    batch transfer and the update count."""
 
     def __init__(self, policy: Any, cfg: LearnerConfig, device: torch.device) -> None:
         self.policy, self.cfg, self.device = policy, cfg, device
         policy.to(device)
         self.policy_params = [p for p in policy.parameters() if p.requires_grad]
         self.policy_opt = torch.optim.Adam(self.policy_params, lr=cfg.policy_lr or cfg.lr)
+        self.policy_average: list[torch.Tensor] | None = None
+        if cfg.policy_ema > 0:
+            self.policy_average = [p.detach().clone() for p in self.policy_params]
         self.actor_updates = 0
 
     def _batch(self, next_batch: NextBatch) -> dict[str, Any]:
@@ -88,12 +92,47 @@ class PolicyTrainer:
         loss.backward()
         nn.utils.clip_grad_norm_(self.policy_params, self.cfg.grad_clip)
         self.policy_opt.step()
+        if self.policy_average is not None:
+            with torch.no_grad():
+                for avg, p in zip(self.policy_average, self.policy_params, strict=True):
+                    avg.lerp_(p, 1.0 - self.cfg.policy_ema)
         self.actor_updates += 1
         return float(per_sample.mean().detach())
 
     def policy_weights(self) -> Mapping[str, npt.NDArray[np.generic]]:
-        weights: Mapping[str, npt.NDArray[np.generic]] = self.policy.trainable_tensors()
-        return weights
+        """What the learner publishes and checkpoints: the weight average when there is one."""
+        if self.policy_average is None:
+            weights: Mapping[str, npt.NDArray[np.generic]] = self.policy.trainable_tensors()
+            return weights
+        with torch.no_grad():
+            current = [p.detach().clone() for p in self.policy_params]
+            for p, avg in zip(self.policy_params, self.policy_average, strict=True):
+                p.copy_(avg)
+            try:
+                averaged: Mapping[str, npt.NDArray[np.generic]] = self.policy.trainable_tensors()
+            finally:
+                for p, cur in zip(self.policy_params, current, strict=True):
+                    p.copy_(cur)
+        return averaged
+
+    def policy_state(self) -> dict[str, Any]:
+        """The policy's part of a checkpoint (the algorithm adds its own)."""
+        return {
+            "policy": self.policy.state_dict(),
+            "policy_opt": self.policy_opt.state_dict(),
+            "policy_average": self.policy_average,
+        }
+
+    def load_policy_state(self, state: Mapping[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.policy_opt.load_state_dict(state["policy_opt"])
+        saved = state.get("policy_average")
+        if self.policy_average is not None:
+            # A checkpoint from before the average was turned on starts it at its weights.
+            source = saved if saved is not None else [p.detach() for p in self.policy_params]
+            with torch.no_grad():
+                for avg, value in zip(self.policy_average, source, strict=True):
+                    avg.copy_(value)
 
 
 class RAPI(PolicyTrainer):
@@ -190,8 +229,7 @@ class RAPI(PolicyTrainer):
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "policy": self.policy.state_dict(),
-            "policy_opt": self.policy_opt.state_dict(),
+            **self.policy_state(),
             "critic": self.critic.state_dict(),
             "critic_target": self.target.state_dict(),
             "critic_opt": self.critic_opt.state_dict(),
@@ -199,8 +237,7 @@ class RAPI(PolicyTrainer):
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.policy_opt.load_state_dict(state["policy_opt"])
+        self.load_policy_state(state)
         self.critic.load_state_dict(state["critic"])
         self.target.load_state_dict(state["critic_target"])
         self.critic_opt.load_state_dict(state["critic_opt"])

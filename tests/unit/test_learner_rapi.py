@@ -341,3 +341,26 @@ def test_the_mc_advantage_is_the_return_to_go_minus_v_where_the_episode_ended():
     torch.testing.assert_close(adv_mc[ended], to_go[ended] - v[ended].float())
     torch.testing.assert_close(adv_mc[~ended], adv_td[~ended])
     assert torch.isfinite(w).all()
+
+
+def test_the_learner_publishes_the_policys_weight_average_and_keeps_training_the_last_iterate():
+    buf = two_mode_replay(4)
+    batch = buf.sample(64, np.random.default_rng(3))
+    torch.manual_seed(0)
+    policy = MLPChunkPolicy(2, 4, 1)
+    start = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    bc = BehaviourCloning(policy, quick_cfg(policy_ema=0.5, actor_updates_per_group=1), CPU)
+    bc.update_group(lambda: batch)
+    live = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    published = bc.policy_weights()
+    for name, value in published.items():  # one update: the average is halfway from the start
+        np.testing.assert_allclose(value, (0.5 * (start[name] + live[name])).numpy(), rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(dict(policy.named_parameters())[name].detach(), live[name])
+    assert any(not np.allclose(published[n], live[n].numpy()) for n in published)
+    # A restarted learner resumes the average, not the last iterate.
+    state = bc.state_dict()
+    torch.manual_seed(1)
+    resumed = BehaviourCloning(MLPChunkPolicy(2, 4, 1), quick_cfg(policy_ema=0.5), CPU)
+    resumed.load_state_dict(state)
+    for name, value in resumed.policy_weights().items():
+        np.testing.assert_array_equal(value, published[name])
