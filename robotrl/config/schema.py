@@ -403,6 +403,8 @@ class ExperimentConfig:
     """latency_sweep: execution strategies to compare."""
     sweep_episodes: int = 20
     """latency_sweep: fixed-seed episodes per (latency, strategy) cell."""
+    sweep_workers: int = 0
+    """latency_sweep: cells evaluated at once, each its own process (0: cores / inference threads)."""
 
 
 @dataclass
@@ -770,6 +772,12 @@ def _experiment_problems(ex: ExperimentConfig) -> list[tuple[str, str]]:
     out += _positive("experiment.sweep_episodes", ex.sweep_episodes)
     if ex.rerun_episodes < 0:
         out.append(("experiment.rerun_episodes", f"must be >= 0, got {ex.rerun_episodes}"))
+    if ex.sweep_workers < 0:
+        out.append(("experiment.sweep_workers", f"must be >= 0 (0: one per core), got {ex.sweep_workers}"))
+    for name in ("latencies", "strategies"):
+        listed = getattr(ex, name)
+        if len(set(listed)) != len(listed):
+            out.append((f"experiment.{name}", f"lists a value twice (each is one column of cells): {listed}"))
     bad = [a for a in ex.algorithms if a not in {k.value for k in AlgorithmKind}]
     if bad or not ex.algorithms:
         out.append(("experiment.algorithms", f"must list rapi and/or bc, got {ex.algorithms}"))

@@ -92,28 +92,46 @@ class Steps:
         """
         self.done += 1
         head = f"[bold cyan][{self.done}/{self.total}][/] {title}"
-        stamp = out_dir / STAMP
-        key = {"argv": list(argv[1:]), "inputs": {str(p): run_id(p) for p in inputs}}
-        if _stamp_matches(stamp, key):
+        key = step_key(argv, {str(p): run_id(p) for p in inputs})
+        if is_cached(out_dir, key):
             self.console.print(f"{head}: [green]cached[/] ({out_dir})")
             self.seconds[title] = 0.0
             return StepResult(True, 0.0)
         self.console.print(f"{head}  ->  {out_dir}")
         start = time.perf_counter()
-        code = subprocess.call(list(argv), stdin=subprocess.DEVNULL, env={**os.environ, **QUIET})
+        code = subprocess.call(list(argv), stdin=subprocess.DEVNULL, env=step_env())
         seconds = time.perf_counter() - start
         self.seconds[title] = round(seconds, 1)
         if code != 0:
             raise StepFailedError(f"step '{title}' failed with exit code {code} (its output is above)")
-        out_dir.mkdir(parents=True, exist_ok=True)
-        record = {**key, "run": f"{time.time_ns():x}", "seconds": round(seconds, 1)}
-        stamp.write_text(json.dumps(record, indent=1))
+        write_stamp(out_dir, key, seconds)
         self.console.print(f"{head}: done in {seconds:.0f} s")
         return StepResult(False, seconds)
 
     def note_cached(self, title: str, out_dir: Path) -> None:
         self.done += 1
         self.console.print(f"[bold cyan][{self.done}/{self.total}][/] {title}: [green]cached[/] ({out_dir})")
+
+
+def step_env() -> dict[str, str]:
+    return {**os.environ, **QUIET}
+
+
+def step_key(argv: Sequence[str], inputs: dict[str, str | None]) -> dict[str, Any]:
+    """What a step's stamp must match: its command without argv[0] (the interpreter, which may
+    move) and the runs that made its inputs (None: an input not made, so never cached)."""
+    return {"argv": list(argv[1:]), "inputs": inputs}
+
+
+def is_cached(out_dir: Path, key: dict[str, Any]) -> bool:
+    return _stamp_matches(out_dir / STAMP, key)
+
+
+def write_stamp(out_dir: Path, key: dict[str, Any], seconds: float) -> None:
+    """Mark ``out_dir`` as made by a run of ``key`` that succeeded."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    record = {**key, "run": f"{time.time_ns():x}", "seconds": round(seconds, 1)}
+    (out_dir / STAMP).write_text(json.dumps(record, indent=1))
 
 
 def _read_stamp(stamp: Path) -> dict[str, Any] | None:
@@ -131,7 +149,6 @@ def run_id(out_dir: Path) -> str | None:
 
 
 def _stamp_matches(stamp: Path, key: dict[str, Any]) -> bool:
-    """``key``: the command without argv[0] (the interpreter, which may move) and the input runs."""
     recorded = _read_stamp(stamp)
     if recorded is None or any(k not in recorded for k in key):
         return False

@@ -11,8 +11,10 @@ same seeds are used in every cell, so cells differ only by latency and strategy.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,8 @@ from rich.console import Console
 from rich.table import Table
 
 from robotrl.config.schema import RobotRLConfig, Strategy, parse_latency
+from robotrl.experiment.parallel import Job, JobDone, run_parallel
+from robotrl.experiment.steps import config_overrides, robotrl, run_id
 
 SWEEP_DIR = "latency_sweep"
 
@@ -57,7 +61,6 @@ def sweep_policy(cfg: RobotRLConfig, console: Console) -> str:
 
 
 def run_sweep(cfg: RobotRLConfig) -> int:
-    from robotrl.actor.run import run_episodes
     from robotrl.experiment.plots import sweep_plot
 
     console = Console()
@@ -65,27 +68,75 @@ def run_sweep(cfg: RobotRLConfig) -> int:
     policy = sweep_policy(cfg, console)
     out = Path(ex.output_dir) / SWEEP_DIR
     out.mkdir(parents=True, exist_ok=True)
-    cells = [(lat, s) for lat in ex.latencies for s in ex.strategies]
-    console.rule(f"[bold]latency sweep: {len(cells)} cells x {ex.sweep_episodes} episodes of {cfg.env.id}")
+    jobs = cell_jobs(cfg, policy, out / "cells")
+    workers = min(sweep_workers(ex.sweep_workers), len(jobs))
+    console.rule(f"[bold]latency sweep: {len(jobs)} cells x {ex.sweep_episodes} episodes of {cfg.env.id}")
     console.print(
-        f"policy {policy}; seeds {ex.eval_seed}..{ex.eval_seed + ex.sweep_episodes - 1} in every cell"
+        f"policy {policy}; seeds {ex.eval_seed}..{ex.eval_seed + ex.sweep_episodes - 1} in every cell;"
+        f" {workers} cells at a time, each cell's output in {out / 'cells'}/<cell>/output.log"
     )
-    rows: list[dict[str, Any]] = []
+    rows: dict[Job, dict[str, Any]] = {}
     start = time.perf_counter()
-    for i, (latency, strategy) in enumerate(cells, 1):
-        summary = run_episodes(
-            cell_config(cfg, latency, strategy, policy), None, f"[{i}/{len(cells)}] {latency} {strategy}"
+
+    def cell_done(done: JobDone) -> None:
+        summary = json.loads((done.job.out_dir / "eval_summary.json").read_text())
+        latency, strategy = done.job.title.split(" ")
+        rows[done.job] = {"latency": latency, "strategy": strategy, **_row(summary)}
+        ordered = [rows[job] for job in jobs if job in rows]
+        (out / "results.json").write_text(json.dumps({"policy": policy, "rows": ordered}, indent=1))
+        lo, hi = summary["ci95"]
+        took = "cached" if done.cached else f"{done.seconds:.0f} s"
+        console.print(
+            f"[{len(rows)}/{len(jobs)}] {done.job.title}: {summary['success_rate']:.0%} [{lo:.0%}-{hi:.0%}],"
+            f" {summary['starved_ticks']} starved ticks ({took}; {time.perf_counter() - start:.0f} s so far)"
         )
-        rows.append({"latency": latency, "strategy": strategy, **_row(summary)})
-        (out / "results.json").write_text(json.dumps({"policy": policy, "rows": rows}, indent=1))
-    plot = sweep_plot(rows, out / "sweep.png")
-    console.print(table(rows, f"{cfg.env.id}: {ex.sweep_episodes} fixed-seed episodes per cell"))
-    for finding in findings(rows):
+
+    run_parallel(jobs, workers, cell_done)
+    ordered = [rows[job] for job in jobs]
+    plot = sweep_plot(ordered, out / "sweep.png")
+    console.print(table(ordered, f"{cfg.env.id}: {ex.sweep_episodes} fixed-seed episodes per cell"))
+    for finding in findings(ordered):
         console.print(finding)
     console.print(
         f"table: {out / 'results.json'}\nplot: {plot}\nwall time {time.perf_counter() - start:.0f} s"
     )
     return 0
+
+
+def cell_jobs(cfg: RobotRLConfig, policy: str, cells_dir: Path) -> list[Job]:
+    """One `robotrl eval` per (latency, strategy), latency-major, each in its own folder."""
+    identity = (("policy", checkpoint_identity(Path(policy))),)
+    jobs = []
+    for latency in cfg.experiment.latencies:
+        for strategy in cfg.experiment.strategies:
+            out_dir = cells_dir / f"{latency.replace(':', '_')}_{strategy}"
+            overrides = config_overrides(
+                cell_config(cfg, latency, strategy, policy), ["env", "policy", "actor"]
+            )
+            argv = robotrl("eval", *overrides, f"seed={cfg.seed}", f"run_dir={out_dir}")
+            jobs.append(Job(f"{latency} {strategy}", out_dir, tuple(argv), identity))
+    return jobs
+
+
+def sweep_workers(configured: int) -> int:
+    """Cells run at once: ``experiment.sweep_workers``, or with 0 as many as the cores hold
+    at one inference worker's threads each (2 on a 2-core machine)."""
+    from robotrl.policy.factory import inference_threads  # torch: not needed until here
+
+    return configured or max(1, (os.cpu_count() or 1) // inference_threads())
+
+
+def checkpoint_identity(policy: Path) -> str:
+    """Which version of a checkpoint folder this is, so that cells of another one rerun: the run
+    of the step that made it, or for a checkpoint made elsewhere its files' sizes and times."""
+    made_by = run_id(policy.parent)
+    if made_by is not None:
+        return made_by
+    digest = hashlib.sha256()
+    for f in sorted(p for p in policy.rglob("*") if p.is_file()):
+        stat = f.stat()
+        digest.update(f"{f.relative_to(policy)}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 def _row(summary: dict[str, Any]) -> dict[str, Any]:
@@ -144,21 +195,21 @@ def difference_interval(
 
 
 def findings(rows: list[dict[str, Any]]) -> list[str]:
-    """prefix versus naive_async per latency: success better, worse or within the intervals, the
-    interval of the difference, and the action jerk of each (measured)."""
+    """prefix versus naive_async per latency: success better or worse when the 95% interval of
+    the difference excludes 0 (else not distinguishable), that interval, and each one's jerk."""
     out = []
     by = {(r["latency"], r["strategy"]): r for r in rows}
     for latency in dict.fromkeys(r["latency"] for r in rows):
         p, n = by.get((latency, "prefix")), by.get((latency, "naive_async"))
         if p is None or n is None:
             continue
-        if p["ci95"][0] > n["ci95"][1]:
+        lo, hi = difference_interval(p["success_rate"], p["ci95"], n["success_rate"], n["ci95"])
+        if lo > 0:
             verdict = "better than"
-        elif p["ci95"][1] < n["ci95"][0]:
+        elif hi < 0:
             verdict = "WORSE than"
         else:
-            verdict = "within the 95% intervals of"
-        lo, hi = difference_interval(p["success_rate"], p["ci95"], n["success_rate"], n["ci95"])
+            verdict = "not distinguishable from"
         out.append(
             f"{latency}: prefix {p['success_rate']:.0%} is {verdict} naive_async {n['success_rate']:.0%}"
             f" (difference {100 * (p['success_rate'] - n['success_rate']):+.0f} points, 95% CI"

@@ -105,9 +105,27 @@ def test_sweep_findings_compare_prefix_with_naive_async_by_interval():
         },
     ]
     out = findings(rows)
-    assert "better than" in out[0] and "within" in out[1]
+    assert "better than" in out[0] and "not distinguishable" in out[1]
     assert "difference +60 points" in out[0] and "difference -10 points" in out[1]
     assert out[0].endswith("jerk RMS 10 vs 30")
+
+
+def test_sweep_findings_call_a_difference_whose_interval_excludes_zero_even_where_intervals_overlap():
+    # 78/100 versus 60/100: the two Wilson intervals overlap, the difference's does not.
+    rows = [
+        {
+            "latency": "constant:0.6",
+            "strategy": s,
+            "success_rate": k / 100,
+            "ci95": list(wilson_interval(k, 100)),
+            "jerk_rms": 1,
+        }
+        for s, k in (("prefix", 78), ("naive_async", 60))
+    ]
+    assert "prefix 78% is better than naive_async 60%" in findings(rows)[0]
+    rows.reverse()
+    rows[0]["strategy"], rows[1]["strategy"] = "prefix", "naive_async"
+    assert "prefix 60% is WORSE than naive_async 78%" in findings(rows)[0]
 
 
 def test_difference_interval_matches_newcombes_worked_example():
