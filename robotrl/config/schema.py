@@ -91,6 +91,10 @@ class PolicyConfig:
     """Largest committed prefix (ticks) seen in training; prefix conditioning holds up to here."""
     flow_steps: int = 5
     """Integration steps of the flow-matching head at inference."""
+    noise_scale: float = 1.0
+    """Inference temperature of the flow policy: its integration starts from Gaussian noise times
+    this. 1 samples the learned distribution; lower values pick likelier chunks (0: the same chunk
+    for the same observation). Training is unaffected."""
     path: str | None = None
     """Local directory of pretrained weights (robotrl checkpoint or lerobot policy); None for fresh."""
     device: str = "auto"
@@ -554,6 +558,10 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     if not 0 <= p.max_delay < p.horizon:
         out.append(("policy.max_delay", f"must be in [0, horizon={p.horizon}), got {p.max_delay}"))
     out += _positive("policy.flow_steps", p.flow_steps)
+    if not 0 <= p.noise_scale <= 2:
+        out.append(("policy.noise_scale", f"must be in [0, 2] (1: sample as trained), got {p.noise_scale}"))
+    elif p.noise_scale != 1 and p.kind is not PolicyKind.flow:
+        out.append(("policy.noise_scale", "applies to the built-in flow policy (policy.kind=flow) only"))
     if p.kind is PolicyKind.lerobot and not p.path:
         out.append(("policy.path", "a lerobot policy needs a local directory (no hub downloads)"))
     for name, dev in (("policy.device", p.device), ("learner.device", lrn.device)):

@@ -83,6 +83,7 @@ def _check_matches(policy: FlowChunkPolicy, cfg: PolicyConfig, spec: EnvSpec) ->
         raise CheckpointError(f"policy.path={cfg.path}: checkpoint has " + "; ".join(wrong))
     # Inference-time settings come from the config, not the checkpoint.
     policy.cfg.flow_steps = cfg.flow_steps
+    policy.cfg.noise_scale = cfg.noise_scale
 
 
 def trained_max_delay(policy: ChunkPolicy) -> int | None:

@@ -343,7 +343,7 @@ class FlowChunkPolicy(nn.Module):
 
         ``noise`` (H, A) fixes the flow's starting point (tests, reproducible
         evaluation); otherwise it is drawn from the policy's generator
-        (:meth:`seed`) or torch's global one.
+        (:meth:`seed`) or torch's global one, times ``policy.noise_scale``.
         """
         self.check_observation(observation)
         prefix_arr = self._check_prefix(prefix, delay)
@@ -389,7 +389,8 @@ class FlowChunkPolicy(nn.Module):
     def _initial_noise(self, noise: FloatArray | None) -> Tensor:
         shape = (1, self.horizon, self.action_dim)
         if noise is None:
-            return torch.randn(shape, generator=self._generator, device=self._generator_device())
+            drawn = torch.randn(shape, generator=self._generator, device=self._generator_device())
+            return drawn * self.cfg.noise_scale
         arr = np.asarray(noise, dtype=np.float32)
         if arr.shape != shape[1:]:
             raise ValueError(f"noise: expected shape {shape[1:]}, got {arr.shape}")

@@ -58,6 +58,8 @@ def test_overrides_reach_the_typed_config():
         (["transport.peer_timeout_s=0.5"], "transport.peer_timeout_s"),
         (["policy=lerobot"], "policy.path"),
         (["learner.device=tpu"], "learner.device"),
+        (["policy.noise_scale=-0.5"], "policy.noise_scale"),
+        (["policy=lerobot", "policy.path=/x", "policy.noise_scale=0.5"], "policy.noise_scale"),
     ],
 )
 def test_bad_value_fails_naming_the_field(overrides, field):

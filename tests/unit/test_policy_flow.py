@@ -190,6 +190,28 @@ def test_save_then_load_gives_identical_outputs_for_the_same_noise(tmp_path):
     assert np.array_equal(loaded.normalization()["action_std"], np.full(A, 0.7, np.float32))
 
 
+def test_noise_scale_scales_the_drawn_start_and_a_checkpoint_takes_it_from_the_config(tmp_path):
+    obs = observation_of(synthetic_batch(1), 0)
+    prefix = np.ones((3, A), np.float32)
+    zero = make_policy().infer(obs, prefix, 3, noise=np.zeros((H, A), np.float32))
+    cold = make_policy(noise_scale=0.0)
+    cold.seed(1)
+    first = cold.infer(obs, prefix, 3)
+    cold.seed(2)
+    assert np.array_equal(first, cold.infer(obs, prefix, 3)) and np.array_equal(first, zero)
+    warm = make_policy()
+    warm.seed(1)
+    assert not np.allclose(warm.infer(obs, prefix, 3), zero)
+    # An inference setting: the config that loads a checkpoint decides it, not the checkpoint.
+    save_policy(warm, tmp_path / "ckpt")
+    cfg = PolicyConfig(
+        size=PolicySize.tiny, horizon=H, max_delay=6, path=str(tmp_path / "ckpt"), noise_scale=0.0
+    )
+    loaded = build_policy(cfg, make_spec())
+    assert isinstance(loaded, FlowChunkPolicy) and loaded.cfg.noise_scale == 0.0
+    assert np.array_equal(loaded.infer(obs, prefix, 3), zero)
+
+
 def test_build_policy_loads_a_checkpoint_and_refuses_another_size(tmp_path):
     policy = make_policy()
     save_policy(policy, tmp_path / "ckpt")
