@@ -542,6 +542,12 @@ class ChunkReplay:
         cams = {c: list(s) for c, s in self.spec.cameras.items()}
         if meta["capacity"] != self.capacity or meta["spec"] != mine or meta["cameras"] != cams:
             raise ValueError(f"{folder}: saved {self.name} buffer does not match this one's capacity or spec")
+        missing = [f"{name[1:]}.npy" for name in self._ARRAYS if not (folder / f"{name[1:]}.npy").is_file()]
+        if missing:
+            raise ValueError(
+                f"{folder}: the saved {self.name} buffer lacks {', '.join(missing)} (written by an older"
+                " robotrl); start the learner without it (learner.resume=false or a new run_dir)"
+            )
         with self._lock:
             for name in self._ARRAYS:
                 getattr(self, name)[...] = np.load(folder / f"{name[1:]}.npy", allow_pickle=False)

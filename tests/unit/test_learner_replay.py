@@ -247,6 +247,12 @@ def test_saved_buffer_restores_rows_samples_and_the_open_episode(tmp_path):
     assert not np.isnan(s[RETURN_TO_GO_KEY]).any()
     with pytest.raises(ValueError, match="does not match"):
         make(capacity=256, cameras=CAMS).load(tmp_path / "online")
+    # A buffer saved before a column existed is refused by name, before anything is overwritten.
+    (tmp_path / "online" / "start_chunk.npy").unlink()
+    fresh = make(cameras=CAMS)
+    with pytest.raises(ValueError, match=r"lacks start_chunk\.npy .*learner\.resume=false"):
+        fresh.load(tmp_path / "online")
+    assert len(fresh) == 0
 
 
 def chunked_episode(ticks: int, period: int) -> list:
