@@ -40,11 +40,15 @@ log = logging.getLogger(__name__)
 
 
 def make_policy(policy_cfg: PolicyConfig, spec: EnvSpec) -> ChunkPolicy:
-    """The configured policy: a checkpoint from ``policy.path``, else a fresh one."""
+    """The configured policy: a checkpoint from ``policy.path`` (any architecture, run with the
+    config's inference settings), else a fresh one."""
     from robotrl.policy import build_policy, load_policy
+    from robotrl.policy.factory import apply_inference_settings
 
     if policy_cfg.path:
-        return load_policy(policy_cfg.path, device=policy_cfg.device)
+        policy = load_policy(policy_cfg.path, device=policy_cfg.device)
+        apply_inference_settings(policy, policy_cfg)
+        return policy
     return build_policy(policy_cfg, spec)
 
 

@@ -81,9 +81,15 @@ def _check_matches(policy: FlowChunkPolicy, cfg: PolicyConfig, spec: EnvSpec) ->
         wrong.append(f"cameras {dict(policy.spec.camera_shapes)} (env has {dict(spec.camera_shapes)})")
     if wrong:
         raise CheckpointError(f"policy.path={cfg.path}: checkpoint has " + "; ".join(wrong))
-    # Inference-time settings come from the config, not the checkpoint.
-    policy.cfg.flow_steps = cfg.flow_steps
-    policy.cfg.noise_scale = cfg.noise_scale
+    apply_inference_settings(policy, cfg)
+
+
+def apply_inference_settings(policy: ChunkPolicy, cfg: PolicyConfig) -> None:
+    """Inference-time settings come from the config, not the checkpoint: a flow policy's
+    integration steps and noise scale."""
+    if isinstance(policy, FlowChunkPolicy):
+        policy.cfg.flow_steps = cfg.flow_steps
+        policy.cfg.noise_scale = cfg.noise_scale
 
 
 def trained_max_delay(policy: ChunkPolicy) -> int | None:

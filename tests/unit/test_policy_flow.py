@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from robotrl.actor.run import make_policy as actor_policy
 from robotrl.config.schema import PolicyConfig, PolicySize
 from robotrl.core.protocols import ChunkPolicy
 from robotrl.core.types import (
@@ -210,6 +211,11 @@ def test_noise_scale_scales_the_drawn_start_and_a_checkpoint_takes_it_from_the_c
     loaded = build_policy(cfg, make_spec())
     assert isinstance(loaded, FlowChunkPolicy) and loaded.cfg.noise_scale == 0.0
     assert np.array_equal(loaded.infer(obs, prefix, 3), zero)
+    # The actor's loader (any architecture by path) applies them too.
+    cfg.flow_steps = 3
+    acting = actor_policy(cfg, make_spec())
+    assert isinstance(acting, FlowChunkPolicy)
+    assert (acting.cfg.noise_scale, acting.cfg.flow_steps) == (0.0, 3)
 
 
 def test_build_policy_loads_a_checkpoint_and_refuses_another_size(tmp_path):
