@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -154,19 +155,17 @@ def _row(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]], title: str) -> Table:
-    out = Table(title=title)
-    for col in (
-        "latency",
-        "strategy",
-        "success",
-        "95% CI",
-        "time to success",
-        "jerk RMS",
-        "starved",
-        "delay",
-    ):
+    """One row per cell, narrow enough for an 80-column terminal."""
+    out = Table(
+        title=title,
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+        caption="success: rate [95% CI]; jerk: RMS; delay: ticks",
+    )
+    for col in ("latency", "strategy", "success", "to succ.", "jerk", "starved", "delay"):
         key = col in ("latency", "strategy")
-        out.add_column(col, justify="left" if key else "right", no_wrap=key)
+        out.add_column(col, justify="left" if key else "right", no_wrap=True)
     for r in rows:
         lo, hi = r["ci95"]
         tts = r["mean_time_to_success_s"]
@@ -174,10 +173,9 @@ def table(rows: list[dict[str, Any]], title: str) -> Table:
         out.add_row(
             r["latency"],
             r["strategy"],
-            f"{r['success_rate']:.0%}",
-            f"{lo:.0%}-{hi:.0%}",
+            f"{r['success_rate']:.0%} [{100 * lo:.0f}-{100 * hi:.0f}]",
             "-" if tts is None else f"{tts:.2f} s",
-            f"{r['jerk_rms']:.0f}",
+            f"{r['jerk_rms'] / 1000:.0f}k",
             str(r["starved_ticks"]),
             "-" if delay is None else f"{delay:.1f}",
         )
@@ -196,8 +194,10 @@ def difference_interval(
 
 def findings(rows: list[dict[str, Any]]) -> list[str]:
     """prefix versus naive_async per latency: success better or worse when the 95% interval of
-    the difference excludes 0 (else not distinguishable), that interval, and each one's jerk."""
+    the difference excludes 0 (else not distinguishable), that interval, and each one's jerk;
+    then one line naming the latencies where prefix is better and where it is worse."""
     out = []
+    verdicts: dict[str, list[str]] = {"better than": [], "WORSE than": []}
     by = {(r["latency"], r["strategy"]): r for r in rows}
     for latency in dict.fromkeys(r["latency"] for r in rows):
         p, n = by.get((latency, "prefix")), by.get((latency, "naive_async"))
@@ -210,9 +210,16 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
             verdict = "WORSE than"
         else:
             verdict = "not distinguishable from"
+        verdicts.get(verdict, []).append(latency)
         out.append(
             f"{latency}: prefix {p['success_rate']:.0%} is {verdict} naive_async {n['success_rate']:.0%}"
             f" (difference {100 * (p['success_rate'] - n['success_rate']):+.0f} points, 95% CI"
             f" {100 * lo:+.0f} to {100 * hi:+.0f}); jerk RMS {p['jerk_rms']:.0f} vs {n['jerk_rms']:.0f}"
+        )
+    if out:
+        better, worse = verdicts["better than"], verdicts["WORSE than"]
+        out.append(
+            f"prefix versus naive_async over {len(out)} latencies: better at {', '.join(better) or 'none'};"
+            f" worse at {', '.join(worse) or 'none'}"
         )
     return out

@@ -108,6 +108,7 @@ def test_sweep_findings_compare_prefix_with_naive_async_by_interval():
     assert "better than" in out[0] and "not distinguishable" in out[1]
     assert "difference +60 points" in out[0] and "difference -10 points" in out[1]
     assert out[0].endswith("jerk RMS 10 vs 30")
+    assert out[2] == "prefix versus naive_async over 2 latencies: better at constant:0.4; worse at none"
 
 
 def test_sweep_findings_call_a_difference_whose_interval_excludes_zero_even_where_intervals_overlap():
