@@ -1,9 +1,10 @@
 """`robotrl experiment experiment=latency_sweep`: one checkpoint under every latency model and
 execution strategy, in virtual time on fixed seeds, as a table, a JSON file and a plot.
 
-Each cell runs the serial runner (policy in this process, latency drawn from the model,
-no sleeping), so the sweep is exact, reproducible and much faster than real time; the
-same seeds are used in every cell, so cells differ only by latency and strategy. Without
+Each cell is a `robotrl eval` process in virtual time (latency drawn from the model, no
+sleeping), so the sweep is exact, reproducible and much faster than real time, and
+independent cells run side by side (:mod:`robotrl.experiment.parallel`); the same seeds
+are used in every cell, so cells differ only by latency and strategy. Without
 ``experiment.checkpoint`` the demo's record and pretrain steps make the policy first
 (cached in ``experiment.output_dir``).
 """
@@ -69,7 +70,8 @@ def run_sweep(cfg: RobotRLConfig) -> int:
     policy = sweep_policy(cfg, console)
     out = Path(ex.output_dir) / SWEEP_DIR
     out.mkdir(parents=True, exist_ok=True)
-    jobs = cell_jobs(cfg, policy, out / "cells")
+    cells = cell_jobs(cfg, policy, out / "cells")
+    jobs = list(cells)
     workers = min(sweep_workers(ex.sweep_workers), len(jobs))
     console.rule(f"[bold]latency sweep: {len(jobs)} cells x {ex.sweep_episodes} episodes of {cfg.env.id}")
     console.print(
@@ -81,7 +83,7 @@ def run_sweep(cfg: RobotRLConfig) -> int:
 
     def cell_done(done: JobDone) -> None:
         summary = json.loads((done.job.out_dir / "eval_summary.json").read_text())
-        latency, strategy = done.job.title.split(" ")
+        latency, strategy = cells[done.job]
         rows[done.job] = {"latency": latency, "strategy": strategy, **_row(summary)}
         ordered = [rows[job] for job in jobs if job in rows]
         (out / "results.json").write_text(json.dumps({"policy": policy, "rows": ordered}, indent=1))
@@ -104,10 +106,10 @@ def run_sweep(cfg: RobotRLConfig) -> int:
     return 0
 
 
-def cell_jobs(cfg: RobotRLConfig, policy: str, cells_dir: Path) -> list[Job]:
+def cell_jobs(cfg: RobotRLConfig, policy: str, cells_dir: Path) -> dict[Job, tuple[str, str]]:
     """One `robotrl eval` per (latency, strategy), latency-major, each in its own folder."""
     identity = (("policy", checkpoint_identity(Path(policy))),)
-    jobs = []
+    jobs = {}
     for latency in cfg.experiment.latencies:
         for strategy in cfg.experiment.strategies:
             out_dir = cells_dir / f"{latency.replace(':', '_')}_{strategy}"
@@ -115,7 +117,7 @@ def cell_jobs(cfg: RobotRLConfig, policy: str, cells_dir: Path) -> list[Job]:
                 cell_config(cfg, latency, strategy, policy), ["env", "policy", "actor"]
             )
             argv = robotrl("eval", *overrides, f"seed={cfg.seed}", f"run_dir={out_dir}")
-            jobs.append(Job(f"{latency} {strategy}", out_dir, tuple(argv), identity))
+            jobs[Job(f"{latency} {strategy}", out_dir, tuple(argv), identity)] = (latency, strategy)
     return jobs
 
 
