@@ -91,6 +91,7 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         cameras: tuple[str, ...] | list[str] = (),
         image_size: int = 96,
         privileged_state: bool = False,
+        tip_position: bool = False,
         domain_randomization: bool = True,
         dense_reward: bool = False,
         render_mode: str | None = None,
@@ -108,6 +109,7 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         self.cameras = tuple(cameras)
         self.image_size = int(image_size)
         self.privileged_state = privileged_state
+        self.tip_position = tip_position
         self.domain_randomization = domain_randomization
         self.dense_reward = dense_reward
         self.render_mode = render_mode
@@ -167,6 +169,8 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
             names += ["obstacle.x", "obstacle.y", "obstacle.z"]
         if self.privileged_state and self.task.with_cube:
             names += ["cube.x", "cube.y", "cube.z", "cube.qw", "cube.qx", "cube.qy", "cube.qz"]
+        if self.tip_position:
+            names += ["tip.x", "tip.y", "tip.z"]
         return tuple(names)
 
     # ---- gymnasium API ------------------------------------------------------------------------
@@ -377,6 +381,8 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
             parts.append(self.obstacle_pos)
         if self.privileged_state and self.task.with_cube:
             parts.append(self.cube_pose)
+        if self.tip_position:
+            parts.append(self.ee_pos)
         obs: dict[str, Array] = {"state": np.concatenate(parts).astype(np.float32)}
         for cam in self.cameras:
             obs[cam] = self.render_camera(cam)

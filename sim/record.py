@@ -103,6 +103,7 @@ def record(cfg: RobotRLConfig) -> int:
         cameras=tuple(e.cameras),
         image_size=e.image_size,
         privileged_state=True,
+        tip_position=e.tip_position,
         domain_randomization=e.domain_randomization,
         dense_reward=e.dense_reward,
     )

@@ -45,6 +45,7 @@ def make_env(cfg: EnvConfig, seed_offset: int = 0) -> RobotEnv:
         cameras=tuple(cfg.cameras),
         image_size=cfg.image_size,
         privileged_state=cfg.privileged_state,
+        tip_position=cfg.tip_position,
         domain_randomization=cfg.domain_randomization,
         dense_reward=cfg.dense_reward,
     )

@@ -73,6 +73,10 @@ class EnvConfig:
     """Square camera resolution in pixels."""
     privileged_state: bool = False
     """Add the object pose to the state (sim only)."""
+    tip_position: bool = False
+    """Add the fingertip's position (x, y, z in metres, the arm's forward kinematics) to the
+    state, after everything else: a small policy then need not learn the kinematics to place
+    the jaws to the centimetre (sim only)."""
     domain_randomization: bool = True
     """Seeded randomisation of object pose, friction, mass, colours, light, cameras."""
     dense_reward: bool = False

@@ -145,3 +145,18 @@ def test_unknown_task_or_camera_is_refused():
         robotrl.sim.make_env(EnvConfig(id="robotrl/Nope-v0"))
     with pytest.raises(ValueError, match="cameras"):
         SO101Env("reach", cameras=("top",))
+
+
+def test_tip_position_comes_last_in_the_state_and_follows_the_arm():
+    env = SO101Env("pick_place", privileged_state=True, tip_position=True)
+    assert env.state_names[-3:] == ("tip.x", "tip.y", "tip.z") and len(env.state_names) == 25
+    obs, _ = env.reset(seed=0)
+    np.testing.assert_allclose(obs["state"][-3:], env.ee_pos, atol=1e-6)
+    before = obs["state"][-3:].copy()
+    target = obs["state"][:6].copy()
+    target[0] += 20.0  # pan the shoulder: the tip swings sideways
+    for _ in range(20):
+        obs, *_ = env.step(target)
+    np.testing.assert_allclose(obs["state"][-3:], env.ee_pos, atol=1e-6)
+    assert np.linalg.norm(obs["state"][-3:] - before) > 0.02
+    env.close()
