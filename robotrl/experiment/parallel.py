@@ -12,9 +12,10 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from robotrl.experiment.steps import StepFailedError, is_cached, step_env, step_key, write_stamp
 
@@ -29,10 +30,17 @@ class Job:
     argv: tuple[str, ...]
     inputs: tuple[tuple[str, str | None], ...] = ()
     """What the job's output depends on besides its command (name, identity of the version)."""
+    complete: Callable[[Path], bool] | None = None
+    """Whether the output in ``out_dir`` is whole: a role stopped by Ctrl-C may exit 0 with
+    part of its work done, which must not be cached as the job's result."""
 
     @property
     def log(self) -> Path:
         return self.out_dir / LOG_NAME
+
+
+class _StoppedError(StepFailedError):
+    """A job not started, or terminated, because another one failed (not a cause itself)."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,7 @@ class _Children:
         with job.log.open("wb") as log:
             with self._lock:
                 if self._stopping:
-                    raise StepFailedError(f"{job.title}: not started (the run is stopping)")
+                    raise _StoppedError(f"{job.title}: not started (the run is stopping)")
                 proc = subprocess.Popen(
                     job.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=step_env()
                 )
@@ -69,13 +77,25 @@ class _Children:
                 self._procs.discard(proc)
         seconds = time.perf_counter() - start
         if code != 0:
-            self.stop()  # before this thread takes the next queued job
-            tail = "\n".join(job.log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
-            raise StepFailedError(
-                f"{job.title} failed with exit code {code}; its output ({job.log}) ends:\n{tail}"
-            )
+            self._fail(job, f"failed with exit code {code}; its output ({job.log}) ends:\n{self._tail(job)}")
+        if job.complete is not None and not job.complete(job.out_dir):
+            self._fail(job, f"stopped before its work was done; its output: {job.log}")
         write_stamp(job.out_dir, key, seconds)
         return JobDone(job, False, seconds)
+
+    def _fail(self, job: Job, why: str) -> NoReturn:
+        """Stop the rest (before this thread takes the next queued job) and raise; a job that
+        failed because the rest was already stopping is not the cause."""
+        with self._lock:
+            stopped_by_another = self._stopping
+        if stopped_by_another:
+            raise _StoppedError(f"{job.title}: {why}")
+        self.stop()
+        raise StepFailedError(f"{job.title} {why}")
+
+    @staticmethod
+    def _tail(job: Job) -> str:
+        return "\n".join(job.log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
 
     def stop(self) -> None:
         with self._lock:
@@ -99,8 +119,25 @@ def run_parallel(jobs: Sequence[Job], workers: int, on_done: Callable[[JobDone],
         try:
             for future in as_completed(futures):
                 on_done(future.result())
-        except BaseException:
+        except BaseException as exc:
             for future in futures:
                 future.cancel()
             children.stop()
+            if isinstance(exc, _StoppedError):
+                raise _cause(futures) from None
             raise
+
+
+def _cause(futures: Sequence[Future[JobDone]]) -> StepFailedError:
+    """The failure that stopped the others (the first job to fail on its own)."""
+    stopped: StepFailedError | None = None
+    for future in futures:
+        if future.cancelled():
+            continue
+        exc = future.exception()
+        if isinstance(exc, StepFailedError):
+            if not isinstance(exc, _StoppedError):
+                return exc
+            stopped = stopped or exc
+    assert stopped is not None
+    return stopped

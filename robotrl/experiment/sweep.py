@@ -12,6 +12,7 @@ are used in every cell, so cells differ only by latency and strategy. Without
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -109,6 +110,7 @@ def run_sweep(cfg: RobotRLConfig) -> int:
 def cell_jobs(cfg: RobotRLConfig, policy: str, cells_dir: Path) -> dict[Job, tuple[str, str]]:
     """One `robotrl eval` per (latency, strategy), latency-major, each in its own folder."""
     identity = (("policy", checkpoint_identity(Path(policy))),)
+    complete = functools.partial(ran_every_episode, episodes=cfg.experiment.sweep_episodes)
     jobs = {}
     for latency in cfg.experiment.latencies:
         for strategy in cfg.experiment.strategies:
@@ -117,8 +119,16 @@ def cell_jobs(cfg: RobotRLConfig, policy: str, cells_dir: Path) -> dict[Job, tup
                 cell_config(cfg, latency, strategy, policy), ["env", "policy", "actor"]
             )
             argv = robotrl("eval", *overrides, f"seed={cfg.seed}", f"run_dir={out_dir}")
-            jobs[Job(f"{latency} {strategy}", out_dir, tuple(argv), identity)] = (latency, strategy)
+            jobs[Job(f"{latency} {strategy}", out_dir, tuple(argv), identity, complete)] = (latency, strategy)
     return jobs
+
+
+def ran_every_episode(out_dir: Path, episodes: int) -> bool:
+    """Whether the evaluation in ``out_dir`` ran all its episodes (Ctrl-C ends one early, exit 0)."""
+    try:
+        return bool(json.loads((out_dir / "eval_summary.json").read_text())["episodes"] == episodes)
+    except (OSError, ValueError, KeyError):
+        return False
 
 
 def sweep_workers(configured: int) -> int:

@@ -54,3 +54,16 @@ def test_a_failing_job_stops_the_running_ones_and_the_queue_and_names_its_log(tm
 def test_workers_must_be_positive(tmp_path: Path):
     with pytest.raises(ValueError, match="workers"):
         run_parallel([python_job(tmp_path, "a", "pass")], 0, lambda done: None)
+
+
+def test_a_job_that_exits_0_with_its_work_unfinished_is_a_failure_and_not_cached(tmp_path: Path):
+    """Like an evaluation stopped early by Ctrl-C: exit 0, fewer episodes than asked."""
+    job = Job(
+        "stopped",
+        tmp_path / "stopped",
+        (sys.executable, "-c", "print('3 of 10 episodes')"),
+        complete=lambda out_dir: (out_dir / "summary.json").is_file(),
+    )
+    with pytest.raises(StepFailedError, match="stopped before its work was done"):
+        run_parallel([job], 1, lambda done: None)
+    assert not (job.out_dir / STAMP).exists()
