@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from robotrl.actor.report import wilson_interval
 from robotrl.config.load import load_config
 from robotrl.config.schema import parse_latency
 from robotrl.experiment.steps import Steps, config_overrides, hydra_value
-from robotrl.experiment.sweep import difference_interval, findings
+from robotrl.experiment.sweep import difference_interval, findings, ran_every_episode
 
 GROUPS = ("env", "policy", "actor", "learner", "transport")
 
@@ -136,3 +137,11 @@ def test_difference_interval_matches_newcombes_worked_example():
     # Overlapping intervals can still differ: 78/100 versus 60/100.
     lo, _ = difference_interval(0.78, wilson_interval(78, 100), 0.6, wilson_interval(60, 100))
     assert wilson_interval(78, 100)[0] < wilson_interval(60, 100)[1] and lo > 0
+
+
+def test_a_sweep_cell_counts_as_done_only_with_every_episode(tmp_path: Path):
+    assert not ran_every_episode(tmp_path, 10)  # no summary yet
+    (tmp_path / "eval_summary.json").write_text(json.dumps({"episodes": 3}))
+    assert not ran_every_episode(tmp_path, 10)  # stopped early by Ctrl-C
+    (tmp_path / "eval_summary.json").write_text(json.dumps({"episodes": 10}))
+    assert ran_every_episode(tmp_path, 10)
