@@ -31,6 +31,8 @@ AVOID_SPEED_M_PER_TICK = 0.005
 """The avoid expert's slower waypoint speed (0.15 m/s): the way round takes several chunks."""
 AVOID_DETOUR = 0.06
 """Radius of the avoid expert's arc round the obstacle (m): 2.5 cm outside the keep-out."""
+REGRASP_HEIGHT = 0.03
+"""Pick-and-place: a cube less than this far above its resting height after the lift was missed (m)."""
 _DOWN = np.array([0.0, 0.0, -1.0])
 _PAN_AXIS_X = 0.0388  # the shoulder pan axis sits this far in front of the base origin
 
@@ -253,7 +255,12 @@ def predict_target(pos: Array, vel: Array, ahead_s: float) -> Array:
 
 
 class PickPlaceExpert(_Expert):
-    """Top-down grasp of the cube, carry above the zone, lower, release, retreat."""
+    """Top-down grasp of the cube, carry above the zone, lower, release, retreat.
+
+    A grasp that missed (the cube is still on the table when the lift ends) is tried again
+    from the approach, with the jaws open and the wrist rolled to the cube's pose then: with
+    executed noise (``record.dart_noise``) the demonstrations show how to recover from a miss.
+    """
 
     down_weight = 0.3
     grip = True
@@ -269,6 +276,7 @@ class PickPlaceExpert(_Expert):
         super().reset()
         self.phase = 0
         self.phase_ticks = 0
+        self.regrasps = 0
 
     def act(self, obs: Observation | Array) -> FloatArray:
         state = _state_of(obs)
@@ -284,6 +292,11 @@ class PickPlaceExpert(_Expert):
             self._roll_to(state[15:22])
         cube, zone = state[15:18], state[12:15]
         name = self.PHASES[min(self.phase, len(self.PHASES) - 1)]
+        if name == "carry" and self.phase_ticks == 0 and cube[2] < CUBE_HALF + REGRASP_HEIGHT:
+            self.phase, name = 0, "approach"  # the lift left the cube behind: grasp again
+            self.q_cmd[5] = self.open_rad  # type: ignore[index]
+            self._roll_to(state[15:22])
+            self.regrasps += 1
         hover_cube = np.array([cube[0], cube[1], CUBE_HALF + self.HOVER])
         hover_zone = np.array([zone[0], zone[1], CUBE_HALF + self.HOVER])
         done = False

@@ -58,3 +58,21 @@ def test_pick_place_expert_needs_the_cube_pose():
 def test_bad_noise_is_refused():
     with pytest.raises(ValueError, match="noise"):
         make_expert(IDS[0], noise=-0.1)
+
+
+def test_pick_place_expert_grasps_again_when_the_cube_slipped_away():
+    from robotrl.sim.envs import SO101Env
+
+    env = SO101Env("pick_place", privileged_state=True)
+    expert = make_expert("robotrl/SO101PickPlace-v0")
+    obs, _ = env.reset(seed=3)
+    moved = False
+    for _ in range(300):
+        if expert.PHASES[expert.phase] == "close" and not moved:  # jaws about to shut: pull the cube away
+            env.data.qpos[env._cube_q : env._cube_q + 2] += [0.03, 0.02]
+            moved = True
+        obs, _, terminated, truncated, info = env.step(expert.act(obs["state"]))
+        if terminated or truncated:
+            break
+    assert moved and expert.regrasps == 1 and info["is_success"]
+    env.close()
