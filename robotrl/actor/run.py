@@ -319,6 +319,23 @@ def eval_role(cfg: RobotRLConfig) -> int:
     return 1 if summary["failures"] else 0
 
 
+class SentAudit:
+    """Rewrites ``path`` with the rows this actor incarnation's transport has numbered and
+    kept, after each batch (``actor.audit_sent``): what the soak bench audits after killing
+    the actor. The batch ``seq`` names may already be on disk when a kill stops the rewrite."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, stream: str, seq: int, rows: int) -> None:
+        self.rows += rows
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"stream": stream, "rows": self.rows, "seq": seq}))
+        tmp.replace(self.path)
+
+
 def actor_role(cfg: RobotRLConfig) -> int:
     """`robotrl actor`: episodes whose transitions stream to the learner and whose weights
     come from it, hot-swapped between inferences."""
@@ -326,11 +343,12 @@ def actor_role(cfg: RobotRLConfig) -> int:
     from robotrl.transport.transitions import TransitionSender
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    sender = TransitionSender.from_config(cfg.transport, cfg.actor.actor_id)
+    audit = SentAudit(Path(cfg.run_dir) / f"actor_{cfg.actor.actor_id}_sent.json")
+    sender = TransitionSender.from_config(
+        cfg.transport, cfg.actor.actor_id, on_numbered=audit if cfg.actor.audit_sent else None
+    )
     refused = 0
-
     rows_sent = 0
-    sent_path = Path(cfg.run_dir) / f"actor_{cfg.actor.actor_id}_sent.json"
 
     def to_learner(transitions: list[Transition]) -> None:
         nonlocal refused, rows_sent
@@ -338,12 +356,6 @@ def actor_role(cfg: RobotRLConfig) -> int:
             refused += len(transitions)  # queue and spool full: counted, reported below
             return
         rows_sent += len(transitions)
-        if not cfg.actor.audit_sent:
-            return
-        # What this incarnation handed to the transport, for audits after a crash (soak bench).
-        tmp = sent_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"stream": sender.stream, "rows": rows_sent}))
-        tmp.replace(sent_path)
 
     progress_path = Path(cfg.run_dir) / f"actor_{cfg.actor.actor_id}_progress.json"
 
@@ -357,7 +369,7 @@ def actor_role(cfg: RobotRLConfig) -> int:
             "policy_version": max(versions, default=-1),
             "last_success": bool(results[-1].success),
             "backlog": sender.backlog(),
-            "rows_sent": rows_sent,  # handed to the transport (the soak bench audits them)
+            "rows_sent": rows_sent,  # handed to the transport
             "refused_rows": refused,
             "missed_deadlines": sum(r.missed_deadlines for r in results),
             "time": round(time.time(), 3),

@@ -10,8 +10,9 @@ restarted with the same id (its write-ahead spool resends), the learner frozen
 
 At the end the actors are stopped (they flush), then the learner (a final checkpoint),
 and the bench audits: every actor stream's sequence numbers against the learner's
-ledger (saved with its buffers), rows each actor incarnation handed to its transport
-against rows the learner stored, the policy versions every actor executed (never
+ledger (saved with its buffers), rows each actor incarnation's transport numbered
+(its audit file, plus batches a killed one left in its spool uncounted) against rows the
+learner stored, the policy versions every actor executed (never
 going back), missed control deadlines, and the resident memory of every role's
 process tree over time (flat: the last third against the second).
 """
@@ -39,6 +40,8 @@ from robotrl.bench.proxy import TcpProxy
 from robotrl.bench.report import report
 from robotrl.learner.journal import LEDGER_FILE
 from robotrl.transport.ledger import SeqLedger
+from robotrl.transport.spool import Spool
+from robotrl.wire.messages import message_to_transition_batch
 
 ACTORS = ("actor-0", "actor-1")
 COMMON = [
@@ -175,7 +178,8 @@ class Soak:
             )
             for i, a in enumerate(ACTORS)
         }
-        self.sent: dict[str, int] = {}  # stream -> rows handed to the transport
+        self.sent: dict[str, int] = {}  # stream -> rows its transport numbered and kept
+        self.last_seq: dict[str, int] = {}  # stream -> the last batch counted in its audit file
         self.versions: list[list[int]] = []  # per actor incarnation: policy version of each episode
         self.missed: dict[str, int] = dict.fromkeys(ACTORS, 0)
         self.faults: list[tuple[float, str]] = []
@@ -188,6 +192,10 @@ class Soak:
         sent = _read_json(self.run_dir / f"actor_{actor}_sent.json")
         if sent:
             self.sent[sent["stream"]] = int(sent["rows"])
+            self.last_seq[sent["stream"]] = int(sent["seq"])
+        for stream, (rows, seq) in spooled_rows_after(self.root / "spool" / actor, self.last_seq).items():
+            self.sent[stream] = self.sent.get(stream, 0) + rows
+            self.last_seq[stream] = seq
         progress = _read_json(self.run_dir / f"actor_{actor}_progress.json")
         if progress:
             self.versions.append([int(v) for _, v in progress.get("history", [])])
@@ -343,6 +351,29 @@ class Soak:
 
     def _roles(self) -> list[Role]:
         return [self.learner, *self.actors.values()]
+
+
+def spooled_rows_after(spool_dir: Path, last_seq: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """Per stream, the rows and the last sequence number of the batches a stopped actor left
+    in its spool that no audit file counts (numbered after ``last_seq[stream]``, or of a
+    stream never named).
+
+    A killed actor can die between writing a batch to its spool and counting it in its
+    audit file; the next incarnation sends that batch, so it counts as handed over."""
+    found: dict[str, tuple[int, int]] = {}
+    if not spool_dir.is_dir():
+        return found
+    spool = Spool(spool_dir, max_bytes=1 << 62)
+    for path in spool.files():
+        loaded = spool.load(path)
+        if loaded is None:
+            continue
+        message = loaded[1]
+        stream = str(message.meta.get("stream"))
+        if message.seq > last_seq.get(stream, -1):
+            rows, seq = found.get(stream, (0, -1))
+            found[stream] = (rows + len(message_to_transition_batch(message)), max(seq, message.seq))
+    return found
 
 
 def _growth(samples: list[float]) -> float:

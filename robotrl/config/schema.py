@@ -169,8 +169,9 @@ class ActorConfig:
     record_overwrite: bool = False
     """record_dataset: replace the folder when it exists."""
     audit_sent: bool = False
-    """Rewrite <run_dir>/actor_<id>_sent.json after every batch handed to the transport (rows so
-    far): what the soak bench audits after killing an actor. A small file write per batch."""
+    """Rewrite <run_dir>/actor_<id>_sent.json after every batch the transport has numbered and
+    kept (rows so far): what the soak bench audits after killing an actor. A small file write
+    per batch, on the transport's thread."""
 
 
 @dataclass

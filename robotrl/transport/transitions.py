@@ -7,7 +7,10 @@ memory up to ``max_inflight``, then in a bounded disk :class:`Spool`), sends at
 most ``window`` unacknowledged batches at a time, and resends everything
 unacknowledged whenever the link comes back (a new learner session, a rebuilt
 socket, or an ack overdue). A stream is one incarnation of one actor, numbered
-from 0; spool files a previous incarnation left behind are sent first.
+from 0; spool files a previous incarnation left behind are sent first. A batch is
+the sender's responsibility from the moment it is numbered (and, with write-ahead,
+on disk): a process killed before that, a few milliseconds after ``send``, loses it
+unnumbered, as it loses the transitions not yet gathered into a batch.
 
 Learner side, :class:`TransitionReceiver`: a background thread receives,
 validates (the codec, then the batch schema), drops duplicates by sequence
@@ -99,8 +102,12 @@ class TransitionSender:
         peer_timeout_s: float = 5.0,
         keys: ClientKeys | None = None,
         write_ahead: bool = False,
+        on_numbered: Callable[[str, int, int], None] | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
+        """``on_numbered(stream, seq, rows)`` runs on the I/O thread once a batch is numbered
+        and kept (on disk first, with write-ahead): what an audit of a crash counts as handed
+        over, since from then on the learner's ledger accounts for the batch."""
         if not actor_id:
             raise ValueError("actor_id must not be empty")
         self.endpoint = endpoint
@@ -115,6 +122,7 @@ class TransitionSender:
         self._live = Liveness(heartbeat_s, peer_timeout_s, clock)
         self._spool = Spool(Path(spool_dir) / actor_id, spool_max_bytes) if spool_dir else None
         self._write_ahead = write_ahead and self._spool is not None
+        self._on_numbered = on_numbered
         self._handoff: collections.deque[TransitionBatch] = collections.deque()
         self._entries: collections.OrderedDict[tuple[str, int], _Entry] = collections.OrderedDict()
         self._in_memory = 0
@@ -279,18 +287,24 @@ class TransitionSender:
                 path = self._journal(key, frames) if self._write_ahead else None
                 self._entries[key] = _Entry(self.stream, seq, frames, path)
                 self._in_memory += 1
+                self._numbered(seq, len(batch))
                 continue
             if self._spool is not None:
                 try:
                     path = self._spool.write(f"{self.stream}-{seq:016d}", frames)
                     self._entries[key] = _Entry(self.stream, seq, None, path)
                     self._counts.add("spooled")
+                    self._numbered(seq, len(batch))
                     continue
                 except SpoolFullError as exc:
                     log.warning("%s: %s; batch %d dropped", self.actor_id, exc, seq)
                 except OSError as exc:
                     log.error("%s: spool write failed (%s); batch %d dropped", self.actor_id, exc, seq)
             self._counts.add("dropped")
+
+    def _numbered(self, seq: int, rows: int) -> None:
+        if self._on_numbered is not None:
+            self._on_numbered(self.stream, seq, rows)
 
     def _journal(self, key: tuple[str, int], frames: list[Frame]) -> Path | None:
         """Write-ahead copy of an in-memory batch, so a restarted actor resends it; None when

@@ -187,6 +187,32 @@ def test_spool_left_by_a_dead_actor_is_sent_by_its_next_life(tmp_path):
     assert sorted(q for _, s, q in got if s == first.stream) == [1, 2, 3, 4]
 
 
+def test_each_batch_is_reported_numbered_once_its_write_ahead_copy_is_on_disk(tmp_path):
+    """What a crash audit counts as handed over (``on_numbered``) is what a next life resends:
+    the soak bench adds what its audit file missed from the spool."""
+    from robotrl.bench.soak import spooled_rows_after
+
+    endpoint = free_endpoint()  # nobody listening: every batch stays unacknowledged
+    reported: list[tuple[str, int, int, bool]] = []
+
+    def on_numbered(stream: str, seq: int, rows: int) -> None:
+        on_disk = (tmp_path / "actor-0" / f"{stream}-{seq:016d}.rrspool").exists()
+        reported.append((stream, seq, rows, on_disk))
+
+    tx = sender(endpoint, "actor-0", spool_dir=tmp_path, write_ahead=True, on_numbered=on_numbered)
+    try:
+        for i in range(5):
+            assert tx.send(small_batch("actor-0", i, rows=3 + i))
+        wait_for(lambda: len(reported) == 5, 10, "five batches numbered")
+    finally:
+        tx.close()
+    assert reported == [(tx.stream, i, 3 + i, True) for i in range(5)]
+    # an audit file that counted the first two batches: the spool holds the rest uncounted
+    assert spooled_rows_after(tmp_path / "actor-0", {tx.stream: 1}) == {tx.stream: (5 + 6 + 7, 4)}
+    assert spooled_rows_after(tmp_path / "actor-0", {tx.stream: 4}) == {}
+    assert spooled_rows_after(tmp_path / "actor-0", {}) == {tx.stream: (3 + 4 + 5 + 6 + 7, 4)}
+
+
 def test_when_the_spool_is_full_batches_are_dropped_and_the_learner_sees_them_missing(tmp_path):
     endpoint = free_endpoint()
     # The learner is away; memory for one batch, disk for none: batches 1..5 are dropped, counted.
