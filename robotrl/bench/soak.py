@@ -319,6 +319,7 @@ class Soak:
             "bench": "soak",
             "seconds": round(self.seconds),
             "faults_injected": len(self.faults),
+            "fault_times_s": {name: round(t, 1) for t, name in self.faults},
             "transitions_sent": sent,
             "transitions_stored": stored,
             "transitions_lost": max(0, sent - stored),
@@ -400,10 +401,11 @@ def run(quick: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="robotrl-soak-") as tmp:
         root = Path(keep) if keep else Path(tmp)
         result = Soak(root, seconds).run()
-    nested = ("bench", "rss_growth_mb", "exit_codes", "log_lines")
+    nested = ("bench", "rss_growth_mb", "exit_codes", "log_lines", "fault_times_s")
     rows = [[k, v] for k, v in result.items() if k not in nested]
     rows += [[f"rss growth {k}, longest incarnation (MB)", v] for k, v in result["rss_growth_mb"].items()]
     rows += [[f"log: {k}", v] for k, v in result["log_lines"].items()]
     rows += [[f"exit code {k}", v] for k, v in result["exit_codes"].items()]
+    rows += [[f"fault at {t} s", k] for k, t in result["fault_times_s"].items()]
     report(f"soak: learner + 2 actors, {seconds:.0f} s with faults", ["measure", "value"], rows, result)
     return result
