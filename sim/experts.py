@@ -259,7 +259,8 @@ class PickPlaceExpert(_Expert):
 
     A grasp that missed (the cube is still on the table when the lift ends) is tried again
     from the approach, with the jaws open and the wrist rolled to the cube's pose then: with
-    executed noise (``record.dart_noise``) the demonstrations show how to recover from a miss.
+    executed noise (``record.dart_noise``) or a deliberate miss (``aim_offset``, executed
+    only: ``record.miss_rate``) the demonstrations show how to recover from a miss.
     """
 
     down_weight = 0.3
@@ -271,12 +272,20 @@ class PickPlaceExpert(_Expert):
         super().__init__(noise, seed)
         self.open_rad = self.kin.gripper_for_gap(2 * CUBE_HALF + 0.035)
         self.closed_rad = so101.GRIPPER_RAD[0]
+        self.aim_offset = np.zeros(3)
+        """Added to the cube's position until the first grasp (m): a deliberate miss. Kept across
+        episodes; whoever sets it chooses it per episode."""
 
     def reset(self) -> None:
         super().reset()
         self.phase = 0
         self.phase_ticks = 0
         self.regrasps = 0
+
+    @property
+    def first_grasp_pending(self) -> bool:
+        """The first attempt has not closed its jaws yet (a deliberate miss can still be made)."""
+        return self.regrasps == 0 and self.phase <= self.PHASES.index("close")
 
     def act(self, obs: Observation | Array) -> FloatArray:
         state = _state_of(obs)
@@ -290,7 +299,7 @@ class PickPlaceExpert(_Expert):
             self._start(so101.units_to_rad(state[:6]))
             self.q_cmd[5] = self.open_rad  # type: ignore[index]
             self._roll_to(state[15:22])
-        cube, zone = state[15:18], state[12:15]
+        cube, zone = state[15:18] + (self.aim_offset if self.regrasps == 0 else 0.0), state[12:15]
         name = self.PHASES[min(self.phase, len(self.PHASES) - 1)]
         if name == "carry" and self.phase_ticks == 0 and cube[2] < CUBE_HALF + REGRASP_HEIGHT:
             self.phase, name = 0, "approach"  # the lift left the cube behind: grasp again

@@ -9,7 +9,11 @@ dataset's state has exactly the layout that ``env.privileged_state`` asks for.
 ``record.expert_noise`` puts noise into the expert's command, label included (imperfect
 demonstrations). ``record.dart_noise`` is DART (Laskey et al. 2017): the noise is executed
 but the recorded action is the expert's clean command, so the data holds states around the
-expert's path, each labelled with the command that leads back to it.
+expert's path, each labelled with the command that leads back to it. ``record.miss_rate``
+makes the pick-and-place expert's first grasp miss on purpose in that share of episodes: a
+second expert copy, aimed ``record.miss_offset`` off the cube, is executed, while the label
+until that grasp is the clean expert's; the executed copy then grasps again, so the data holds
+missed grasps followed by recoveries, which clean demonstrations never show.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from robotrl.sim import so101
 from robotrl.sim.envs import SO101Env
-from robotrl.sim.experts import make_expert
+from robotrl.sim.experts import PickPlaceExpert, make_expert
 from robotrl.sim.registry import task_of
 from robotrl.sim.so101 import Array
 
@@ -118,12 +122,13 @@ def record(cfg: RobotRLConfig) -> int:
     dataset = create_dataset(root, rec.repo_id, e.control_hz, features, rec.video)
     expert = make_expert(e.id, noise=rec.expert_noise, seed=cfg.seed)
     dart = Dart(rec.dart_noise, seed=cfg.seed)
+    misses = DeliberateMiss(e.id, rec.miss_rate, rec.miss_offset, rec.expert_noise, cfg.seed)
     saved = successes = attempts = 0
     columns = (TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"))
     with Progress(*columns, TimeElapsedColumn()) as progress:
         bar = progress.add_task("episodes", total=rec.episodes, info="")
         while saved < rec.episodes and attempts < 3 * rec.episodes:
-            success = _episode(env, expert, dart, dataset, keep, seed=cfg.seed + attempts)
+            success = _episode(env, expert, dart, misses, dataset, keep, seed=cfg.seed + attempts)
             attempts += 1
             if success or rec.keep_failures:
                 dataset.save_episode()
@@ -135,7 +140,8 @@ def record(cfg: RobotRLConfig) -> int:
     dataset.finalize()
     env.close()
     frames = dataset.meta.total_frames
-    print(f"robotrl record: {saved} episodes ({successes} successful, {frames} frames) in {root}")
+    aimed_off = f"; {misses.missed} first grasps aimed off" if rec.miss_rate > 0 else ""
+    print(f"robotrl record: {saved} episodes ({successes} successful, {frames} frames{aimed_off}) in {root}")
     return 0 if saved == rec.episodes else 1
 
 
@@ -153,14 +159,54 @@ class Dart:
         return np.clip(noisy, so101.ACTION_LOW, so101.ACTION_HIGH).astype(np.float32)
 
 
-def _episode(env: SO101Env, expert: Any, dart: Dart, dataset: Any, keep: Array, seed: int) -> bool:
+class DeliberateMiss:
+    """Pick-and-place: a second expert that aims its first grasp off the cube in a share of the
+    episodes. Until that grasp the executed command is its own and the label the clean
+    expert's; afterwards (its grasp again, or its carry) label and execution are its own."""
+
+    def __init__(self, env_id: str, rate: float, offset_m: float, noise: float, seed: int) -> None:
+        self.rate, self.offset_m = rate, offset_m
+        self.rng = np.random.default_rng([seed, 0x4D155])
+        self.executor: PickPlaceExpert | None = None
+        if rate > 0:
+            executor = make_expert(env_id, noise=noise, seed=seed)
+            if not isinstance(executor, PickPlaceExpert):
+                raise ValueError(f"deliberate misses need the pick-and-place task, not {env_id}")
+            self.executor = executor
+        self.missed = 0
+
+    def new_episode(self) -> None:
+        if self.executor is None:
+            return
+        self.executor.reset()
+        self.executor.aim_offset = np.zeros(3)
+        if self.rng.random() < self.rate:
+            angle = self.rng.uniform(0.0, 2.0 * np.pi)
+            distance = self.offset_m * self.rng.uniform(0.8, 1.2)
+            self.executor.aim_offset = np.array([np.cos(angle), np.sin(angle), 0.0]) * distance
+            self.missed += 1
+
+    def __call__(self, observation: Observation, label: Array) -> tuple[Array, Array]:
+        """(executed command, recorded action) for one tick, given the clean expert's ``label``."""
+        if self.executor is None:
+            return label, label
+        aiming = self.executor.first_grasp_pending
+        executed = self.executor.act(observation)
+        return executed, (label if aiming else executed)
+
+
+def _episode(
+    env: SO101Env, expert: Any, dart: Dart, misses: DeliberateMiss, dataset: Any, keep: Array, seed: int
+) -> bool:
     obs, _ = env.reset(seed=seed)
     expert.reset()
+    misses.new_episode()
     instruction = env.task.instruction
     tick = 0
     while True:
-        action = expert.act(Observation(tick=tick, state=obs["state"], instruction=instruction))
-        nxt, reward, terminated, truncated, info = env.step(dart(action))
+        observation = Observation(tick=tick, state=obs["state"], instruction=instruction)
+        executed, action = misses(observation, expert.act(observation))
+        nxt, reward, terminated, truncated, info = env.step(dart(executed))
         frame: dict[str, Any] = {
             STATE_KEY: obs["state"][keep],
             ACTION_KEY: action,

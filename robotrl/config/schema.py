@@ -312,6 +312,12 @@ class RecordConfig:
     """Replace an existing output_dir."""
     keep_failures: bool = True
     """Also save episodes in which the task was not solved."""
+    miss_rate: float = 0.0
+    """Pick-and-place: share of episodes whose first grasp is executed aimed off the cube by
+    about ``miss_offset``, while the recorded action stays the clean expert's; the expert then
+    grasps again, so the data shows how to recover from a missed grasp."""
+    miss_offset: float = 0.015
+    """Distance (m) a deliberate miss aims off the cube's centre, in a random direction (+-20%)."""
 
 
 @dataclass
@@ -831,6 +837,12 @@ def _record_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
         out.append(("record.expert_noise", f"must be in [0, 1], got {r.expert_noise}"))
     if not 0 <= r.dart_noise <= 1:
         out.append(("record.dart_noise", f"must be in [0, 1], got {r.dart_noise}"))
+    if not 0 <= r.miss_rate <= 1:
+        out.append(("record.miss_rate", f"must be in [0, 1], got {r.miss_rate}"))
+    elif r.miss_rate > 0 and not cfg.env.id.endswith("PickPlace-v0"):
+        out.append(("record.miss_rate", f"deliberate misses exist only for pick-and-place, not {cfg.env.id}"))
+    if not 0 < r.miss_offset <= 0.1:
+        out.append(("record.miss_offset", f"must be in (0, 0.1] m, got {r.miss_offset}"))
     if cfg.policy.kind is PolicyKind.expert and not cfg.env.id.startswith("robotrl/"):
         out.append(("env.id", f"the scripted expert exists only for robotrl/ sim tasks, got {cfg.env.id!r}"))
     return out

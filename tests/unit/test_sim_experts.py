@@ -76,3 +76,22 @@ def test_pick_place_expert_grasps_again_when_the_cube_slipped_away():
             break
     assert moved and expert.regrasps == 1 and info["is_success"]
     env.close()
+
+
+def test_pick_place_expert_aimed_off_misses_its_first_grasp_then_recovers():
+    """``aim_offset`` moves only the first attempt: the lift leaves the cube, the expert grasps
+    again at the cube itself and completes the task."""
+    from robotrl.sim.envs import SO101Env
+
+    env = SO101Env("pick_place", privileged_state=True)
+    expert = make_expert("robotrl/SO101PickPlace-v0")
+    expert.aim_offset = np.array([0.02, 0.0, 0.0])
+    obs, _ = env.reset(seed=3)
+    pending = []
+    for _ in range(300):
+        pending.append(expert.first_grasp_pending)
+        obs, _, terminated, truncated, info = env.step(expert.act(obs["state"]))
+        if terminated or truncated:
+            break
+    assert expert.regrasps == 1 and info["is_success"]
+    assert pending[0] and not pending[-1]
