@@ -303,8 +303,12 @@ class TransitionSender:
             self._counts.add("dropped")
 
     def _numbered(self, seq: int, rows: int) -> None:
-        if self._on_numbered is not None:
+        if self._on_numbered is None:
+            return
+        try:
             self._on_numbered(self.stream, seq, rows)
+        except Exception:  # an audit hook must not stop the transport
+            log.exception("%s: on_numbered failed for batch %d", self.actor_id, seq)
 
     def _journal(self, key: tuple[str, int], frames: list[Frame]) -> Path | None:
         """Write-ahead copy of an in-memory batch, so a restarted actor resends it; None when
