@@ -343,10 +343,9 @@ def actor_role(cfg: RobotRLConfig) -> int:
     from robotrl.transport.transitions import TransitionSender
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    audit = SentAudit(Path(cfg.run_dir) / f"actor_{cfg.actor.actor_id}_sent.json")
-    sender = TransitionSender.from_config(
-        cfg.transport, cfg.actor.actor_id, on_numbered=audit if cfg.actor.audit_sent else None
-    )
+    audit_path = Path(cfg.run_dir) / f"actor_{cfg.actor.actor_id}_sent.json"
+    audit = SentAudit(audit_path) if cfg.actor.audit_sent else None
+    sender = TransitionSender.from_config(cfg.transport, cfg.actor.actor_id, on_numbered=audit)
     refused = 0
     rows_sent = 0
 
