@@ -32,7 +32,7 @@ from robotrl.actor.recorder import TransitionSink
 from robotrl.actor.report import chunk_too_short, summarize
 from robotrl.actor.slots import PolicySlots
 from robotrl.actor.worker import ProcessInference, WorkerSpec
-from robotrl.config.schema import PolicyConfig, RobotRLConfig, TransportConfig
+from robotrl.config.schema import PolicyConfig, PolicyKind, RobotRLConfig, TransportConfig
 from robotrl.core.protocols import ChunkPolicy, InferenceBackend, LoopObserver, RobotEnv, WeightSource
 from robotrl.core.types import EnvSpec, Transition
 
@@ -48,8 +48,28 @@ def make_policy(policy_cfg: PolicyConfig, spec: EnvSpec) -> ChunkPolicy:
     if policy_cfg.path:
         policy = load_policy(policy_cfg.path, device=policy_cfg.device)
         apply_inference_settings(policy, policy_cfg)
+        _warn_if_not_as_configured(policy, policy_cfg)
         return policy
     return build_policy(policy_cfg, spec)
+
+
+def _warn_if_not_as_configured(policy: ChunkPolicy, cfg: PolicyConfig) -> None:
+    """The checkpoint decides what runs; say so when it is not the size or horizon the config
+    names, since reports and tables name the config's."""
+    from robotrl.policy.flow import FlowChunkPolicy
+
+    if not isinstance(policy, FlowChunkPolicy) or cfg.kind is not PolicyKind.flow:
+        return
+    if (policy.cfg.size, policy.horizon) != (cfg.size, cfg.horizon):
+        log.warning(
+            "policy.path=%s holds a %s flow policy of horizon %d; it runs as saved, not as the "
+            "config's %s of horizon %d (set policy.size and policy.horizon to match)",
+            cfg.path,
+            policy.cfg.size.value,
+            policy.horizon,
+            cfg.size.value,
+            cfg.horizon,
+        )
 
 
 def policy_for_worker(policy: dict[str, Any], spec: dict[str, Any]) -> ChunkPolicy:

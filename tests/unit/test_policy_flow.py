@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -216,6 +217,20 @@ def test_noise_scale_scales_the_drawn_start_and_a_checkpoint_takes_it_from_the_c
     acting = actor_policy(cfg, make_spec())
     assert isinstance(acting, FlowChunkPolicy)
     assert (acting.cfg.noise_scale, acting.cfg.flow_steps) == (0.0, 3)
+
+
+def test_the_actor_runs_a_checkpoint_of_another_size_as_saved_and_says_so(tmp_path, caplog):
+    save_policy(make_policy(), tmp_path / "ckpt")
+    cfg = PolicyConfig(size=PolicySize.small, horizon=H, path=str(tmp_path / "ckpt"), device="cpu")
+    with caplog.at_level(logging.WARNING, logger="robotrl.actor.run"):
+        acting = actor_policy(cfg, make_spec())
+    assert isinstance(acting, FlowChunkPolicy) and acting.cfg.size is PolicySize.tiny
+    assert "holds a tiny flow policy" in caplog.text
+    caplog.clear()
+    cfg.size = PolicySize.tiny
+    with caplog.at_level(logging.WARNING, logger="robotrl.actor.run"):
+        actor_policy(cfg, make_spec())
+    assert caplog.text == ""
 
 
 def test_build_policy_loads_a_checkpoint_and_refuses_another_size(tmp_path):
