@@ -181,6 +181,16 @@ class ControlLoop:
         if self.settings.strategy is Strategy.prefix and delay > self._pending_prefix:
             result.prefix_overruns += 1  # ran past the committed prefix: a small seam at the switch
 
+    def _take_news(self, tick: int, result: EpisodeResult) -> None:
+        """Merge the chunk that arrived by ``tick``, if any; note a failure in ``result``."""
+        try:
+            news = self.scheduler.arrived(tick)
+        except InferenceFailedError as exc:
+            result.failure, news = str(exc), None
+        if news is not None:
+            self._accept(news, result)
+        result.failure = result.failure or self._failure()
+
     def _wants_chunk(self, tick: int, result: EpisodeResult) -> bool:
         if self.scheduler.in_flight:
             return False
@@ -245,19 +255,16 @@ class ControlLoop:
                 deadline += lost * dt
                 late = now - deadline
 
-            try:
-                news = self.scheduler.arrived(tick)
-            except InferenceFailedError as exc:
-                result.failure, news = str(exc), None
-            if news is not None:
-                self._accept(news, result)
-            result.failure = result.failure or self._failure()
+            self._take_news(tick, result)
+            if result.failure is None and self._wants_chunk(tick, result):
+                self._request(obs, episode_id)
+                # An inference shorter than a tick (a "0 ms" latency model) is usable at once:
+                # without this second look even sync at 0 ms would starve a tick per chunk.
+                self._take_news(tick, result)
             if result.failure is not None:
                 log.error("actor stops, arm holds: %s", result.failure)
                 self.env.step(hold)
                 break
-            if self._wants_chunk(tick, result):
-                self._request(obs, episode_id)
 
             planned = self.queue.pop(tick)
             if planned is None:

@@ -76,6 +76,15 @@ def test_sync_holds_the_robot_while_each_chunk_is_computed():
     assert held == [8, 9, 10, 19, 20, 21, 30, 31, 32]
 
 
+@pytest.mark.parametrize("strategy", list(Strategy))
+def test_an_inference_shorter_than_a_tick_is_used_in_the_tick_that_asked_for_it(strategy):
+    loop, env, _ = make(strategy, ConstantLatency(0.0))
+    result = loop.run_episode(0, seed=0)
+    assert result.starved_ticks == 0 and set(result.delays) == {0}
+    assert result.chunks_merged >= 40 // H  # sync needed one per plan, without a held tick
+    assert [float(a[0]) for a in env.executed] == [float(t) for t in range(40)]
+
+
 def test_virtual_time_runs_are_bit_identical_for_a_seed():
     def run() -> tuple[list[float], list[int]]:
         loop, env, _ = make(
