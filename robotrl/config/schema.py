@@ -42,6 +42,16 @@ class AlgorithmKind(Enum):
     bc = "bc"  # anchored behaviour cloning only, the baseline
 
 
+FINETUNE_RUNS: dict[str, tuple[AlgorithmKind, dict[str, Any]]] = {
+    "rapi": (AlgorithmKind.rapi, {}),
+    "bc": (AlgorithmKind.bc, {}),
+    # Continued imitation: the same budget of BC updates on the demonstrations alone (and any
+    # human interventions), none of the policy's own episodes, so no reward selects what it imitates.
+    "bc_demos": (AlgorithmKind.bc, {"anchor_fraction": 1.0, "fastest_successes": 0}),
+}
+"""The fine-tuning runs `experiment.algorithms` may list: name -> (learner.algorithm, learner fields)."""
+
+
 class AdvantageKind(Enum):
     td = "td"  # A = min Q(s, a) - V(s): the critic's in-sample estimate (RAPolicy)
     mc = "mc"  # A = return to go - V(s) once the episode ended; the td estimate until then
@@ -397,7 +407,8 @@ class ExperimentConfig:
     actors: int = 1
     """Actor processes in each fine-tuning run."""
     algorithms: list[str] = field(default_factory=lambda: ["rapi", "bc"])
-    """Fine-tuning runs to compare, by learner algorithm."""
+    """Fine-tuning runs to compare (FINETUNE_RUNS): rapi; bc on the same buffers as rapi (its anchor
+    keeps the fastest successes too); bc_demos, continued imitation of the demonstrations alone."""
     rerun_episodes: int = 2
     """Episodes of the fine-tuned policy recorded to demo.rrd (0: none)."""
     checkpoint: str | None = None
@@ -797,9 +808,14 @@ def _experiment_problems(ex: ExperimentConfig) -> list[tuple[str, str]]:
         listed = getattr(ex, name)
         if len(set(listed)) != len(listed):
             out.append((f"experiment.{name}", f"lists a value twice (each is one column of cells): {listed}"))
-    bad = [a for a in ex.algorithms if a not in {k.value for k in AlgorithmKind}]
-    if bad or not ex.algorithms:
-        out.append(("experiment.algorithms", f"must list rapi and/or bc, got {ex.algorithms}"))
+    bad = [a for a in ex.algorithms if a not in FINETUNE_RUNS]
+    if bad or not ex.algorithms or len(set(ex.algorithms)) != len(ex.algorithms):
+        out.append(
+            (
+                "experiment.algorithms",
+                f"must list some of {list(FINETUNE_RUNS)} once each, got {ex.algorithms}",
+            )
+        )
     bad = [s for s in ex.strategies if s not in {k.value for k in Strategy}]
     if bad or not ex.strategies:
         out.append(("experiment.strategies", f"must list strategies of {[k.value for k in Strategy]}"))

@@ -3,7 +3,8 @@
 1. record scripted demonstrations of the task (``robotrl record``),
 2. pretrain the policy by behaviour cloning (``robotrl pretrain``),
 3. evaluate it on fixed seeds (``robotrl eval``),
-4. fine-tune it online for each algorithm (RAPI, then BC as the baseline) with a real
+4. fine-tune it online in each run of ``experiment.algorithms`` (RAPI; BC on the same
+   buffers; BC on the demonstrations alone, which is continued imitation) with a real
    learner and real actors (``robotrl launch``) in virtual time under the configured
    latency, with the same budget (online episodes and update groups) for each,
 5. evaluate each fine-tuned policy on the same seeds,
@@ -28,7 +29,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from robotrl.config.schema import AlgorithmKind, PolicyKind, RobotRLConfig
+from robotrl.config.schema import FINETUNE_RUNS, PolicyKind, RobotRLConfig
 from robotrl.experiment.steps import STAMP, StepFailedError, Steps, config_overrides, robotrl, run_id
 
 RESULTS = "results.json"
@@ -122,13 +123,16 @@ class Demo:
             raise StepFailedError(f"{out}: {summary['episodes']} of {self.ex.eval_episodes} episodes ran")
         return summary
 
-    def finetune(self, algorithm: str) -> Path:
-        out = self.finetune_dir(algorithm)
-        sockets = self._sockets(f"finetune_{algorithm}")
-        cfg = self._variant(
+    def finetune_config(self, name: str) -> RobotRLConfig:
+        """The config of the fine-tuning run ``name`` of :data:`FINETUNE_RUNS`."""
+        out = self.finetune_dir(name)
+        sockets = self._sockets(f"finetune_{name}")
+        algorithm, learner_fields = FINETUNE_RUNS[name]
+        return self._variant(
             policy__path=str(self.pretrained),
             actor__episodes=self.ex.online_episodes,
-            learner__algorithm=AlgorithmKind(algorithm),
+            learner__algorithm=algorithm,
+            **{f"learner__{field}": value for field, value in learner_fields.items()},
             learner__max_groups=self.ex.update_groups,
             learner__demos_path=str(self.demos),
             learner__resume=True,  # a learner restarted by launch continues from its checkpoint
@@ -136,6 +140,11 @@ class Demo:
             transport__weights_endpoint=f"ipc://{sockets}/weights",
             transport__spool_dir=str(out / "spool"),
         )
+
+    def finetune(self, name: str) -> Path:
+        """Run the fine-tuning run ``name`` through `robotrl launch`; returns its policy."""
+        out = self.finetune_dir(name)
+        cfg = self.finetune_config(name)
         argv = robotrl(
             "launch",
             *config_overrides(cfg, RUN_GROUPS),
@@ -146,7 +155,7 @@ class Demo:
             f"seed={self.cfg.seed}",
         )
         title = (
-            f"fine-tune online with {algorithm} ({self.ex.actors} actor(s) x {self.ex.online_episodes} "
+            f"fine-tune online with {name} ({self.ex.actors} actor(s) x {self.ex.online_episodes} "
             f"episodes, {self.ex.update_groups} update groups, latency {_latency(self.cfg)})"
         )
         if not (out / STAMP).exists():
@@ -224,18 +233,28 @@ class Demo:
             return evals[name]["success_rate"] if name in evals else None
 
         ci = {name: evals[name]["ci95"] for name in evals}
-        ci95 = {"before": ci["pretrained"], "after": ci.get("rapi"), "bc": ci.get("bc")}
-        rapi_beats_bc = None
-        if "rapi" in ci and "bc" in ci:
-            rapi_beats_bc = ci["rapi"][0] > ci["bc"][1]  # intervals do not overlap
+
+        def rapi_beats(baseline: str) -> bool | None:
+            if "rapi" not in ci or baseline not in ci:
+                return None
+            return bool(ci["rapi"][0] > ci[baseline][1])  # the intervals do not overlap
+
+        ci95 = {
+            "before": ci["pretrained"],
+            "after": ci.get("rapi"),
+            "bc": ci.get("bc"),
+            "bc_demos": ci.get("bc_demos"),
+        }
         return {
             "success_before": rate("pretrained"),
             "success_after": rate("rapi"),
             "success_bc": rate("bc"),
+            "success_bc_demos": rate("bc_demos"),
             "ci95": ci95,
             "episodes": self.ex.eval_episodes,
             "wall_s": round(wall_s, 1),
-            "rapi_beats_bc_beyond_ci": rapi_beats_bc,
+            "rapi_beats_bc_beyond_ci": rapi_beats("bc"),
+            "rapi_beats_bc_demos_beyond_ci": rapi_beats("bc_demos"),
             "per_policy": {
                 name: {
                     k: e[k]
@@ -284,7 +303,8 @@ class Demo:
         names = {
             "pretrained": "pretrained (BC on demos)",
             "rapi": "+ online RAPI",
-            "bc": "+ online BC (baseline)",
+            "bc": "+ online BC on RAPI's buffers",
+            "bc_demos": "+ BC on the demos only",
         }
         for name, e in evals.items():
             lo, hi = e["ci95"]
@@ -298,21 +318,26 @@ class Demo:
                 str(e["starved_ticks"]),
             )
         self.console.print(table)
-        verdict = results["rapi_beats_bc_beyond_ci"]
-        if verdict is not None:
-            self.console.print(
-                "RAPI vs BC under the same budget: "
-                + (
-                    "RAPI is better beyond the 95% intervals."
-                    if verdict
-                    else "the 95% intervals overlap; this run does not show RAPI beating BC."
+        for baseline in ("bc", "bc_demos"):
+            if "rapi" in evals and baseline in evals:
+                self.console.print(
+                    f"RAPI vs {names[baseline].removeprefix('+ ')} under the same budget: "
+                    + _compare(evals["rapi"]["ci95"], evals[baseline]["ci95"])
                 )
-            )
         self.console.print(
             f"results: {self.out / RESULTS}\nlearning curves: {curve}\n"
             + (f"rerun recording: {recording}  (open with: rerun {recording})\n" if recording else "")
             + f"logs of every role: {self.out}/finetune_*/logs/\ntotal wall time {results['wall_s']:.0f} s"
         )
+
+
+def _compare(rapi: list[float], baseline: list[float]) -> str:
+    """How RAPI's 95% interval of success stands to a baseline's."""
+    if rapi[0] > baseline[1]:
+        return "RAPI is better beyond the 95% intervals."
+    if rapi[1] < baseline[0]:
+        return "RAPI is worse beyond the 95% intervals."
+    return "the 95% intervals overlap; this run separates neither."
 
 
 def _latency(cfg: RobotRLConfig) -> str:

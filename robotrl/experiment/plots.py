@@ -49,7 +49,7 @@ def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], pat
     """Online success (rolling) per algorithm with the fixed-seed evaluations, and learner losses."""
     plt = _pyplot()
     fig, (ax_s, ax_l) = plt.subplots(1, 2, figsize=(12, 4.5))
-    colours = {"rapi": "tab:blue", "bc": "tab:orange"}
+    colours = {"rapi": "tab:blue", "bc": "tab:orange", "bc_demos": "tab:green"}
     for name, run_dir in runs.items():
         hist = online_history(run_dir)
         window = max(1, min(10, len(hist) // 4 or 1))

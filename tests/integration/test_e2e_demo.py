@@ -45,14 +45,22 @@ def test_quick_demo_runs_every_step_and_a_second_run_reuses_them(tmp_path: Path)
     first = _demo(out)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     results = json.loads((out / "results.json").read_text())
-    for key in ("success_before", "success_after", "success_bc", "ci95", "episodes", "wall_s"):
+    for key in (
+        "success_before",
+        "success_after",
+        "success_bc",
+        "success_bc_demos",
+        "ci95",
+        "episodes",
+        "wall_s",
+    ):
         assert key in results
     assert results["episodes"] == 3
-    for name in ("success_before", "success_after", "success_bc"):
+    for name in ("success_before", "success_after", "success_bc", "success_bc_demos"):
         assert 0.0 <= results[name] <= 1.0
     assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "demo.rrd").stat().st_size > 0
-    for algorithm in ("rapi", "bc"):
+    for algorithm in ("rapi", "bc", "bc_demos"):
         run = out / f"finetune_{algorithm}"
         assert (run / "policy").is_dir() and (run / "logs" / "learner.log").exists()
         progress = json.loads((run / "actor_actor-0_progress.json").read_text())
@@ -60,5 +68,5 @@ def test_quick_demo_runs_every_step_and_a_second_run_reuses_them(tmp_path: Path)
 
     second = _demo(out)
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
-    assert second.stdout.count("cached") == 8  # record, pretrain, 3 evals, 2 fine-tunings, rerun
+    assert second.stdout.count("cached") == 10  # record, pretrain, 4 evals, 3 fine-tunings, rerun
     assert json.loads((out / "results.json").read_text())["success_after"] == results["success_after"]

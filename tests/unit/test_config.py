@@ -60,6 +60,8 @@ def test_overrides_reach_the_typed_config():
         (["learner.device=tpu"], "learner.device"),
         (["policy.noise_scale=-0.5"], "policy.noise_scale"),
         (["policy=lerobot", "policy.path=/x", "policy.noise_scale=0.5"], "policy.noise_scale"),
+        (["experiment.algorithms=[rapi,dagger]"], "experiment.algorithms"),
+        (["experiment.algorithms=[rapi,bc,rapi]"], "experiment.algorithms"),
     ],
 )
 def test_bad_value_fails_naming_the_field(overrides, field):

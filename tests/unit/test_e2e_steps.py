@@ -11,7 +11,8 @@ from rich.console import Console
 
 from robotrl.actor.report import wilson_interval
 from robotrl.config.load import load_config
-from robotrl.config.schema import parse_latency
+from robotrl.config.schema import AlgorithmKind, parse_latency
+from robotrl.experiment.demo import Demo
 from robotrl.experiment.steps import Steps, config_overrides, hydra_value
 from robotrl.experiment.sweep import difference_interval, findings, ran_every_episode
 
@@ -26,6 +27,19 @@ def test_overrides_reproduce_every_field_of_the_groups_including_odd_strings_and
     again = load_config(config_overrides(cfg, GROUPS))
     for group in GROUPS:
         assert getattr(again, group) == getattr(cfg, group), group
+
+
+def test_the_continued_imitation_baseline_clones_the_demonstrations_alone(tmp_path: Path):
+    cfg = load_config(["experiment=demo", f"experiment.output_dir={tmp_path}"])
+    demo = Demo(cfg, Console(file=open("/dev/null", "w")))  # noqa: SIM115
+    rapi, bc, demos_only = (demo.finetune_config(name).learner for name in ("rapi", "bc", "bc_demos"))
+    assert rapi.algorithm is AlgorithmKind.rapi
+    assert bc.algorithm is demos_only.algorithm is AlgorithmKind.bc
+    # bc reads what RAPI reads (online half, anchor with the fastest successes); bc_demos only the demos
+    assert (bc.anchor_fraction, bc.fastest_successes) == (rapi.anchor_fraction, rapi.fastest_successes)
+    assert rapi.anchor_fraction < 1 and rapi.fastest_successes > 0
+    assert (demos_only.anchor_fraction, demos_only.fastest_successes) == (1.0, 0)
+    assert rapi.demos_path == bc.demos_path == demos_only.demos_path == str(tmp_path / "demos")
 
 
 def test_hydra_values_keep_their_types():
