@@ -24,7 +24,8 @@ sample is built from rows, never stored twice:
   window (an expert acting on the current state). Starved ticks start no actor sample.
 - **Never across an episode.** Rows are linked per actor and episode; a new episode
   id or a gap in ticks closes the open one. At an episode's end the last starts get
-  shorter chunks (padded, ``action_mask`` False) whose next state is the episode's
+  shorter chunks (padded with their last action, as pretraining pads them, and
+  ``action_mask`` False) whose next state is the episode's
   ``next_observation`` (stored as an extra row that never starts a sample); a
   truncated episode without one ends its chunks one tick early and bootstraps from
   the last observation instead. ``discount`` is ``gamma ** m`` for ``m`` real actions.
@@ -91,6 +92,20 @@ RETURN_TO_GO_KEY = "return_to_go"
 episode is open (or if it was cut before its end)."""
 
 Batch = dict[str, Any]
+
+
+def padded_rows(rows: npt.NDArray[np.int64], starts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The storage rows of each window (B, H), a missing row (-1, past the episode's end)
+    replaced by the window's last real one: the padding pretraining uses (policy.data).
+
+    Padding rows are outside the loss (``action_mask``), but the policy attends to every
+    row of its input; zeros there were actions the robot never took, and the pretrained
+    policy's loss on demonstration windows near an episode's end was five times its own.
+    """
+    present = rows >= 0
+    last = np.maximum.accumulate(np.where(present, np.arange(rows.shape[1]), 0), axis=1)
+    filled = np.take_along_axis(rows, last, axis=1)
+    return np.where(filled >= 0, filled, starts[:, None])
 
 
 class ReplayError(ValueError):
@@ -406,7 +421,7 @@ class ChunkReplay:
             idx = np.sort(candidates[rng.integers(0, candidates.size, batch_size)])
             rows = self._chunk_rows[idx].astype(np.int64)
             mask = rows >= 0
-            safe = np.where(mask, rows, idx[:, None])
+            safe = padded_rows(rows, idx)
             nxt = self._next_row[idx].astype(np.int64)
             real = self._real[idx]
             delay = self._delay[idx]
@@ -415,7 +430,7 @@ class ChunkReplay:
             own_chunk = self._chunk_id[safe] == self._start_chunk[idx][:, None]
             out: Batch = {
                 STATE_KEY: self._state[idx],
-                ACTION_KEY: self._action[safe] * mask[..., None],
+                ACTION_KEY: self._action[safe],
                 ACTION_MASK_KEY: mask,
                 REWARD_KEY: self._return[idx],
                 RETURN_TO_GO_KEY: self._return_to_go[idx],

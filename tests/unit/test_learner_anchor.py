@@ -121,6 +121,24 @@ def test_demonstrations_load_from_a_local_lerobot_dataset(tmp_path):
     np.testing.assert_allclose(b[REWARD_KEY][last], 10.0 * 0.9 ** (5 - ticks[last]), rtol=1e-5)
 
 
+def test_a_demonstration_window_reaches_the_learner_as_pretraining_saw_it(tmp_path):
+    # Fine-tuning continues pretraining: windows that run past an episode's end must be padded
+    # alike, or the first updates pull the pretrained policy toward a different input.
+    from robotrl.policy.data import ChunkSampler, load_demos
+
+    make_dataset(tmp_path / "demos")
+    spec = ReplaySpec(2, 3, H, cameras=CAMS, gamma=0.9, max_delay=2)
+    anchor = AnchorBuffer(spec, 256, 2, max_episode_ticks=20)
+    anchor.load_demos(load_demonstrations(tmp_path / "demos", spec, success_reward=1.0), 18)
+    b = anchor.sample(300, np.random.default_rng(3))
+    demos = load_demos(tmp_path / "demos", [])
+    frames = (6 * b[STATE_KEY][:, 0] + b[STATE_KEY][:, 1]).astype(np.int64)  # episodes of 6 frames
+    pretraining = ChunkSampler(demos, np.arange(18), H, max_delay=2).batch_at(frames, np.zeros_like(frames))
+    assert not b[ACTION_MASK_KEY].all()  # some windows run past their episode's end
+    np.testing.assert_array_equal(b[ACTION_KEY], pretraining[ACTION_KEY].numpy())
+    np.testing.assert_array_equal(b[ACTION_MASK_KEY], pretraining[ACTION_MASK_KEY].numpy())
+
+
 def test_demonstrations_with_the_wrong_state_size_are_refused_by_name(tmp_path):
     make_dataset(tmp_path / "demos", episodes=1, state_dim=5)
     spec = ReplaySpec(2, 3, H, cameras=CAMS)
