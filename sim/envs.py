@@ -36,7 +36,7 @@ from robotrl.sim.scene import (
 )
 from robotrl.sim.so101 import Array
 
-from robotrl.core.types import FloatArray
+from robotrl.core.types import OUTCOME_INFO_KEY, OUTCOME_SUCCESS, FloatArray
 
 REST_POSE_UNITS = np.array([0.0, -90.0, 85.0, 60.0, 0.0, 20.0], dtype=np.float32)
 """Start pose (lerobot units): arm folded above the base, gripper slightly open."""
@@ -52,6 +52,30 @@ the same in every episode, so the target's position and velocity determine its w
 OBSTACLE_KEEP_OUT = OBSTACLE_RADIUS + 0.01
 """Avoid task: the fingertip closer than this to the obstacle's centre touches it (m), which ends
 the episode as a failure."""
+CUBE_MOVED = 0.01
+"""Pick-and-place: the cube counts as disturbed once it is this far (m) from where it started."""
+CUBE_LIFTED = 3 * CUBE_HALF
+"""Pick-and-place: the cube counts as lifted once its centre is this high (m): one cube above rest."""
+
+OUTCOME_TIMEOUT = "timeout"
+OUTCOME_OBSTACLE = "touched the obstacle"
+OUTCOME_CUBE_UNTOUCHED = "cube never moved"
+OUTCOME_CUBE_NOT_LIFTED = "cube pushed, never lifted"
+OUTCOME_CUBE_DROPPED = "cube lifted, left outside the zone"
+OUTCOME_CUBE_HELD = "cube still held"
+"""How a failed episode ended (``info[OUTCOME_INFO_KEY]`` on its last step): what `robotrl eval`
+counts, so a success rate comes with what the failures were (a grasp that never closed, a drop)."""
+
+
+def pick_place_outcome(success: bool, moved: bool, lifted: bool, held: bool) -> str:
+    """The outcome of a pick-and-place episode from what happened to the cube."""
+    if success:
+        return OUTCOME_SUCCESS
+    if held:
+        return OUTCOME_CUBE_HELD
+    if lifted:
+        return OUTCOME_CUBE_DROPPED
+    return OUTCOME_CUBE_NOT_LIFTED if moved else OUTCOME_CUBE_UNTOUCHED
 
 
 @dataclass(frozen=True)
@@ -156,6 +180,8 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         self._track = (np.zeros(3), 0.0, 0.0)  # tracking: circle centre, radius, start angle
         self._on_target = 0  # tracking: consecutive ticks on target
         self._touched = False  # avoid: the tip touched the obstacle
+        self._cube_start: Array | None = None  # pick-and-place: where the cube started, and what
+        self._cube_moved = self._cube_lifted = False  # has happened to it since (the outcome)
         self.clipped_actions = 0
         """Actions (ticks) clipped to the joint ranges this episode."""
 
@@ -194,6 +220,8 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         self._tick = 0
         self._on_target = 0
         self._touched = False
+        self._cube_start = self.cube_pose[:3] if self.task.with_cube else None
+        self._cube_moved = self._cube_lifted = False
         self.clipped_actions = 0
         return self._observe(), self._info(False)
 
@@ -213,11 +241,18 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
             self._move_target()
         if self.task.obstacle and not self._touched:
             self._touched = bool(np.linalg.norm(self.ee_pos - self.obstacle_pos) < OBSTACLE_KEEP_OUT)
+        if self._cube_start is not None:
+            cube = self.cube_pose[:3]
+            self._cube_moved |= bool(np.linalg.norm(cube - self._cube_start) > CUBE_MOVED)
+            self._cube_lifted |= bool(cube[2] > CUBE_LIFTED)
         success = self._success()
         reward = float(success) + (self._shaping() if self.dense_reward else 0.0)
         terminated = success or self._touched  # touching the obstacle ends the episode, failed
         truncated = self._tick >= self.max_episode_ticks and not terminated
-        return self._observe(), reward, terminated, truncated, self._info(success)
+        info = self._info(success)
+        if terminated or truncated:
+            info[OUTCOME_INFO_KEY] = self._outcome(success)
+        return self._observe(), reward, terminated, truncated, info
 
     def render(self) -> Array | None:
         if self.render_mode != "rgb_array":
@@ -331,6 +366,13 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         in_zone = np.linalg.norm(cube[:2] - self.goal_pos[:2]) < ZONE_RADIUS
         resting = cube[2] < CUBE_HALF + 0.004
         return bool(in_zone and resting and not self._cube_held())
+
+    def _outcome(self, success: bool) -> str:
+        if self.task.with_cube:
+            return pick_place_outcome(success, self._cube_moved, self._cube_lifted, self._cube_held())
+        if success:
+            return OUTCOME_SUCCESS
+        return OUTCOME_OBSTACLE if self._touched else OUTCOME_TIMEOUT
 
     def _cube_held(self) -> bool:
         """Whether a fingertip pad touches the cube (placing means letting go)."""

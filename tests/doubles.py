@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from robotrl.core.protocols import StepResult
-from robotrl.core.types import EnvSpec, FloatArray, Observation
+from robotrl.core.types import OUTCOME_INFO_KEY, OUTCOME_SUCCESS, EnvSpec, FloatArray, Observation
 
 
 class LineEnv:
@@ -68,7 +68,10 @@ class LineEnv:
         self.tick += 1
         success = bool(self.q[0] >= self.goal)
         truncated = self.tick >= self._spec.max_episode_ticks and not success
-        return StepResult(self._obs(), float(success), success, truncated, {"is_success": success})
+        info: dict[str, object] = {"is_success": success}
+        if success or truncated:  # as the sim's environments say how an episode ended
+            info[OUTCOME_INFO_KEY] = OUTCOME_SUCCESS if success else "timeout"
+        return StepResult(self._obs(), float(success), success, truncated, info)
 
     def close(self) -> None:
         pass

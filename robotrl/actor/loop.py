@@ -27,7 +27,7 @@ from robotrl.actor.timing import Arrival, InferenceFailedError, VirtualTimeSched
 from robotrl.config.schema import Strategy
 from robotrl.core.clock import Clock
 from robotrl.core.protocols import LoopObserver, RobotEnv
-from robotrl.core.types import ActionChunk, FloatArray, InferenceRequest, Observation
+from robotrl.core.types import OUTCOME_INFO_KEY, ActionChunk, FloatArray, InferenceRequest, Observation
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,9 @@ class EpisodeResult:
     policy_versions: list[int] = field(default_factory=list)
     clamped_ticks: int = 0
     intervention_ticks: int = 0
+    outcome: str | None = None
+    """How the episode ended, as the environment names it (its last step's ``OUTCOME_INFO_KEY``:
+    "success", "cube pushed, never lifted", ...); None when it does not say."""
     """Ticks a human drove the arm (a real arm's teleoperator)."""
     jerk_rms: float = 0.0
     lateness_ms: list[float] = field(default_factory=list)
@@ -294,7 +297,10 @@ class ControlLoop:
             hold = action
             if self.clock.now() > deadline + dt:
                 result.missed_deadlines += 1  # the command went out after its period ended
-            if step.terminated or step.truncated or self._stop.is_set():
+            if step.terminated or step.truncated:
+                result.outcome = step.info.get(OUTCOME_INFO_KEY)
+                break
+            if self._stop.is_set():
                 break
             obs = step.observation
             tick = obs.tick

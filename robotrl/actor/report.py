@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,7 @@ def summarize(results: Sequence[EpisodeResult], control_hz: float, wall_clock: b
         "prefix_overruns": sum(r.prefix_overruns for r in results),
         "clamped_ticks": sum(r.clamped_ticks for r in results),
         "intervention_ticks": sum(r.intervention_ticks for r in results),
+        "outcomes": dict(Counter(r.outcome for r in results if r.outcome).most_common()),
         "failures": [r.failure for r in results if r.failure],
         "ticks": sum(r.ticks for r in results),
     }
@@ -75,3 +76,30 @@ def summarize(results: Sequence[EpisodeResult], control_hz: float, wall_clock: b
         summary["jitter_p50_ms"] = float(np.quantile(lateness, 0.5))
         summary["jitter_p99_ms"] = float(np.quantile(lateness, 0.99))
     return summary
+
+
+def episode_rows(results: Sequence[EpisodeResult]) -> list[dict[str, Any]]:
+    """One plain record per episode (as lerobot's eval writes ``per_episode``): which seeds
+    failed, and how, is what a success rate alone cannot tell."""
+    return [
+        {
+            "episode": r.episode_id,
+            "seed": r.seed,
+            "success": r.success,
+            "outcome": r.outcome,
+            "ticks": r.ticks,
+            "success_tick": r.success_tick,
+            "reward": r.total_reward,
+            "starved_ticks": r.starved_ticks,
+            "policy_versions": sorted(set(r.policy_versions)),
+            "failure": r.failure,
+        }
+        for r in results
+    ]
+
+
+def outcome_text(outcomes: Mapping[str, int], skip: str | None = None) -> str:
+    """``{"success": 94, "cube never moved": 24}`` as "94 success, 24 cube never moved" (most first),
+    leaving out the outcome ``skip``."""
+    ranked = sorted(outcomes.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{n} {name}" for name, n in ranked if name != skip) or "-"

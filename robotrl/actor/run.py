@@ -29,7 +29,7 @@ from robotrl.actor.loop import EpisodeResult
 from robotrl.actor.main import build_loop
 from robotrl.actor.pace import LearnerPace
 from robotrl.actor.recorder import TransitionSink
-from robotrl.actor.report import chunk_too_short, summarize
+from robotrl.actor.report import chunk_too_short, episode_rows, outcome_text, summarize
 from robotrl.actor.slots import PolicySlots
 from robotrl.actor.worker import ProcessInference, WorkerSpec
 from robotrl.config.schema import PolicyConfig, PolicyKind, RobotRLConfig, TransportConfig
@@ -37,6 +37,9 @@ from robotrl.core.protocols import ChunkPolicy, InferenceBackend, LoopObserver, 
 from robotrl.core.types import EnvSpec, Transition
 
 log = logging.getLogger(__name__)
+
+EVAL_SUMMARY = "eval_summary.json"
+EVAL_EPISODES = "eval_episodes.jsonl"
 
 
 def make_policy(policy_cfg: PolicyConfig, spec: EnvSpec) -> ChunkPolicy:
@@ -320,6 +323,8 @@ def print_summary(summary: dict[str, Any]) -> None:
         rows.append(
             ("tick jitter p50 / p99", f"{summary['jitter_p50_ms']:.2f} / {summary['jitter_p99_ms']:.2f} ms")
         )
+    if summary.get("outcomes"):
+        rows.append(("how episodes ended", outcome_text(summary["outcomes"])))
     if summary.get("arm"):
         rows.append(("arm: clamps, holds, stops", ", ".join(f"{k} {v}" for k, v in summary["arm"].items())))
     for name, value in rows:
@@ -327,15 +332,22 @@ def print_summary(summary: dict[str, Any]) -> None:
     Console().print(table)
 
 
+def _keep(into: list[EpisodeResult], results: Sequence[EpisodeResult]) -> None:
+    into[:] = results
+
+
 def eval_role(cfg: RobotRLConfig) -> int:
     """`robotrl eval`: episodes without a learner; prints and writes the summary."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    summary = run_episodes(cfg, sink=None, title="eval")
+    finished: list[EpisodeResult] = []
+    summary = run_episodes(cfg, sink=None, title="eval", on_episode=lambda results: _keep(finished, results))
     print_summary(summary)
-    out = Path(cfg.run_dir) / "eval_summary.json"
+    out = Path(cfg.run_dir) / EVAL_SUMMARY
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2))
-    print(f"summary written to {out}", file=sys.stderr)
+    rows = "".join(json.dumps(row) + "\n" for row in episode_rows(finished))
+    (out.parent / EVAL_EPISODES).write_text(rows)
+    print(f"summary written to {out}, one line per episode to {out.parent / EVAL_EPISODES}", file=sys.stderr)
     return 1 if summary["failures"] else 0
 
 

@@ -35,6 +35,11 @@ PREFIX_LEN_KEY = "prefix_len"
 ACTION_MASK_KEY = "action_mask"
 """bool (B, H): True for real actions; False for padding after an episode's end."""
 
+OUTCOME_INFO_KEY = "outcome"
+"""Step info on an episode's last step: how it ended, in a few words ("success", "timeout", "cube
+pushed, never lifted"); environments that can tell set it, and `robotrl eval` counts them."""
+OUTCOME_SUCCESS = "success"
+
 _EMPTY_IMAGES: Mapping[str, ImageArray] = MappingProxyType({})
 
 

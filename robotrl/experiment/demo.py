@@ -29,7 +29,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from robotrl.actor.report import outcome_text
 from robotrl.config.schema import FINETUNE_RUNS, PolicyKind, RobotRLConfig
+from robotrl.core.types import OUTCOME_SUCCESS
 from robotrl.experiment.steps import STAMP, StepFailedError, Steps, config_overrides, robotrl, run_id
 
 RESULTS = "results.json"
@@ -260,6 +262,7 @@ class Demo:
                     k: e[k]
                     for k in ("success_rate", "ci95", "mean_time_to_success_s", "jerk_rms", "starved_ticks")
                 }
+                | {"outcomes": e.get("outcomes", {})}
                 for name, e in evals.items()
             },
             "setting": {
@@ -318,6 +321,12 @@ class Demo:
                 str(e["starved_ticks"]),
             )
         self.console.print(table)
+        failures = {name: e.get("outcomes", {}) for name, e in evals.items()}
+        if any(failures.values()):
+            self.console.print("how the failed episodes ended:")
+            for name, outcomes in failures.items():
+                failed = outcome_text(outcomes, skip=OUTCOME_SUCCESS)
+                self.console.print(f"  {names.get(name, name)}: {failed}")
         for baseline in ("bc", "bc_demos"):
             if "rapi" in evals and baseline in evals:
                 self.console.print(

@@ -39,6 +39,11 @@ def test_eval_in_virtual_time_writes_its_summary(tmp_path):
     assert summary["strategy"] == "blend" and summary["latency"] == "lognormal"
     assert summary["starved_ticks"] == 0 and summary["failures"] == []
     assert summary["mean_delay_ticks"] >= 1
+    rows = [json.loads(line) for line in (tmp_path / "eval_episodes.jsonl").read_text().splitlines()]
+    assert [(r["episode"], r["seed"]) for r in rows] == [(0, 0), (1, 1)]  # actor.seed defaults to 0
+    assert sum(r["ticks"] for r in rows) == summary["ticks"]
+    assert sum(summary["outcomes"].values()) == 2  # the sim says how each episode ended
+    assert sorted(summary["outcomes"]) == sorted({r["outcome"] for r in rows})
 
 
 @pytest.mark.slow

@@ -226,8 +226,32 @@ def test_summary_reports_success_rate_with_an_interval():
     assert summary["mean_time_to_success_s"] == pytest.approx(21 / 30.0)
     assert summary["ci95"][1] == 1.0 and 0.3 < summary["ci95"][0] < 0.5
     assert summary["starved_ticks"] == 0 and summary["mean_delay_ticks"] == 3.0
+    assert summary["outcomes"] == {"success": 3}
     lo, hi = wilson_interval(0, 50)
     assert lo == 0.0 and 0.0 < hi < 0.1
+
+
+def test_each_episode_is_reported_with_its_seed_and_how_it_ended():
+    from robotrl.actor.report import episode_rows, outcome_text, summarize
+
+    env = LineEnv(max_ticks=40, goal=20.0)
+    loop, _, _ = make(Strategy.naive_async, ConstantLatency(0.1), env=env)
+    reached = loop.run_episode(0, seed=0)
+    env.goal = 1e9  # out of reach: the episode runs to its time limit
+    timed_out = loop.run_episode(1, seed=8)
+    results = [reached, timed_out]
+    rows = episode_rows(results)
+    assert [(r["episode"], r["seed"], r["success"], r["outcome"]) for r in rows] == [
+        (0, 0, True, "success"),
+        (1, 8, False, "timeout"),
+    ]
+    assert rows[0]["success_tick"] == 21 and rows[1]["success_tick"] is None and rows[1]["ticks"] == 40
+    assert rows[0]["policy_versions"] == [0] and rows[0]["failure"] is None
+    outcomes = summarize(results, control_hz=30.0, wall_clock=False)["outcomes"]
+    assert outcomes == {"success": 1, "timeout": 1}
+    assert outcome_text({"timeout": 1, "success": 3}) == "3 success, 1 timeout"
+    assert outcome_text({"timeout": 1, "success": 3}, skip="success") == "1 timeout"
+    assert outcome_text({"success": 3}, skip="success") == "-"
 
 
 def test_rerun_observer_records_ticks_and_chunks(tmp_path):

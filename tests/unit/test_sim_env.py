@@ -160,3 +160,82 @@ def test_tip_position_comes_last_in_the_state_and_follows_the_arm():
     np.testing.assert_allclose(obs["state"][-3:], env.ee_pos, atol=1e-6)
     assert np.linalg.norm(obs["state"][-3:] - before) > 0.02
     env.close()
+
+
+def _pick_place_until(env: SO101Env, seed: int, phase: str):
+    """Drive the scripted expert until it starts ``phase``; returns (last observation, last action)."""
+    from robotrl.sim.experts import make_expert
+
+    expert = make_expert("robotrl/SO101PickPlace-v0")
+    obs, _ = env.reset(seed=seed)
+    action = obs["state"][:6]
+    while expert.PHASES[expert.phase] != phase:
+        action = expert.act(obs["state"])
+        obs, _, terminated, truncated, _ = env.step(action)
+        assert not (terminated or truncated)
+    return obs, action
+
+
+def _hold_to_the_end(env: SO101Env, action) -> dict:
+    while True:
+        _, _, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            return info
+
+
+def test_an_episode_says_how_it_ended_on_its_last_step():
+    from robotrl.sim.envs import OUTCOME_TIMEOUT
+
+    env = SO101Env("reach", max_episode_ticks=5)
+    obs, _ = env.reset(seed=0)
+    infos = [env.step(obs["state"][:6])[4] for _ in range(5)]
+    assert [i.get("outcome") for i in infos] == [None] * 4 + [OUTCOME_TIMEOUT]
+
+
+def test_pick_place_outcomes_tell_a_missed_grasp_from_a_drop_and_a_hold():
+    from robotrl.sim.envs import (
+        OUTCOME_CUBE_DROPPED,
+        OUTCOME_CUBE_HELD,
+        OUTCOME_CUBE_UNTOUCHED,
+        OUTCOME_SUCCESS,
+    )
+
+    env = SO101Env("pick_place", privileged_state=True, max_episode_ticks=200)
+    obs, _ = env.reset(seed=3)
+    assert _hold_to_the_end(env, obs["state"][:6])["outcome"] == OUTCOME_CUBE_UNTOUCHED
+
+    _, action = _pick_place_until(env, seed=3, phase="carry")  # lifted: keep it in the air
+    assert _hold_to_the_end(env, action)["outcome"] == OUTCOME_CUBE_HELD
+
+    _, action = _pick_place_until(env, seed=3, phase="carry")  # lifted, then let go where it is
+    opened = np.array(action, copy=True)
+    opened[5] = so101.rad_to_units(np.full(6, 0.8))[5]
+    assert _hold_to_the_end(env, opened)["outcome"] == OUTCOME_CUBE_DROPPED
+
+    from robotrl.sim.experts import make_expert
+
+    expert = make_expert("robotrl/SO101PickPlace-v0")
+    obs, _ = env.reset(seed=3)
+    while True:
+        obs, _, terminated, truncated, info = env.step(expert.act(obs["state"]))
+        if terminated or truncated:
+            break
+    assert info["is_success"] and info["outcome"] == OUTCOME_SUCCESS
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("success", "moved", "lifted", "held", "outcome"),
+    [
+        (True, True, True, False, "success"),
+        (False, False, False, False, "cube never moved"),
+        (False, True, False, False, "cube pushed, never lifted"),
+        (False, True, True, False, "cube lifted, left outside the zone"),
+        (False, True, True, True, "cube still held"),
+        (False, True, False, True, "cube still held"),
+    ],
+)
+def test_pick_place_outcome_names(success, moved, lifted, held, outcome):
+    from robotrl.sim.envs import pick_place_outcome
+
+    assert pick_place_outcome(success, moved, lifted, held) == outcome
