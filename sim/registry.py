@@ -49,4 +49,9 @@ def make_env(cfg: EnvConfig, seed_offset: int = 0) -> RobotEnv:
         domain_randomization=cfg.domain_randomization,
         dense_reward=cfg.dense_reward,
     )
-    return SimRobotEnv(env, name=cfg.id, seed_offset=seed_offset)
+    sim: RobotEnv = SimRobotEnv(env, name=cfg.id, seed_offset=seed_offset)
+    if cfg.expert_takeover_ticks:
+        from robotrl.sim.intervention import ExpertTakeover
+
+        return ExpertTakeover(sim, cfg.id, cfg.expert_takeover_ticks)
+    return sim

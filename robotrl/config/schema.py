@@ -91,6 +91,11 @@ class EnvConfig:
     """Seeded randomisation of object pose, friction, mass, colours, light, cameras."""
     dense_reward: bool = False
     """Add a dense shaping term in [-1, 0] to the sparse success reward."""
+    expert_takeover_ticks: int = 0
+    """Sim only: once an episode has run this many ticks without success, the task's scripted
+    expert takes over to its end, as a person with a leader arm would, and the actor records
+    those ticks as interventions (the learner's anchor keeps them). 0: never. Evaluations in
+    `robotrl experiment` always run without it."""
 
 
 @dataclass
@@ -576,6 +581,14 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
         out.append(("env.image_size", f"must be in [16, 1024], got {e.image_size}"))
     if len(set(e.cameras)) != len(e.cameras):
         out.append(("env.cameras", f"lists a camera twice: {e.cameras}"))
+    if e.expert_takeover_ticks < 0:
+        out.append(("env.expert_takeover_ticks", f"must be >= 0 (0: never), got {e.expert_takeover_ticks}"))
+    elif e.expert_takeover_ticks and cfg.hardware.robot_type is not None:
+        message = "a scripted takeover exists only in the sim (on a real arm a person intervenes)"
+        out.append(("env.expert_takeover_ticks", message))
+    elif e.expert_takeover_ticks and e.id.endswith("PickPlace-v0") and not e.privileged_state:
+        message = "the pick-and-place expert needs the cube pose: set env.privileged_state=true"
+        out.append(("env.expert_takeover_ticks", message))
     out += _positive("policy.horizon", p.horizon)
     if not 0 <= p.max_delay < p.horizon:
         out.append(("policy.max_delay", f"must be in [0, horizon={p.horizon}), got {p.max_delay}"))

@@ -75,6 +75,12 @@ class Demo:
             setattr(getattr(cfg, group), name, value)
         return cfg
 
+    def _offline(self, **changes: Any) -> RobotRLConfig:
+        """:meth:`_variant` for every step but fine-tuning: no scripted takeover
+        (``env.expert_takeover_ticks``), so evaluations measure the policy alone and turning
+        takeovers on or off reuses the demonstrations, pretraining and evaluations."""
+        return self._variant(env__expert_takeover_ticks=0, **changes)
+
     def _sockets(self, name: str) -> Path:
         """A short, stable folder for ipc sockets (ipc paths are limited to ~100 bytes)."""
         digest = hashlib.sha1(str((self.out / name).resolve()).encode()).hexdigest()[:10]
@@ -85,7 +91,7 @@ class Demo:
     # -- steps -------------------------------------------------------------------------
 
     def record(self) -> None:
-        cfg = self._variant(policy__kind=PolicyKind.expert)
+        cfg = self._offline(policy__kind=PolicyKind.expert)
         argv = robotrl(
             "record",
             *config_overrides(cfg, ["env", "policy"]),
@@ -97,7 +103,7 @@ class Demo:
         self.steps.run(f"record {self.ex.demos} expert demonstrations of {self.cfg.env.id}", self.demos, argv)
 
     def pretrain(self) -> None:
-        cfg = self._variant(policy__path=None, pretrain__steps=self.ex.pretrain_steps)
+        cfg = self._offline(policy__path=None, pretrain__steps=self.ex.pretrain_steps)
         run_dir = self.out / "pretrain"
         argv = robotrl(
             "pretrain",
@@ -112,8 +118,10 @@ class Demo:
 
     def evaluate(self, name: str, policy: Path, label: str, made_by: Path) -> dict[str, Any]:
         """Evaluate ``policy``, which the step with output folder ``made_by`` wrote."""
-        cfg = self._variant(
-            policy__path=str(policy), actor__episodes=self.ex.eval_episodes, actor__seed=self.ex.eval_seed
+        cfg = self._offline(
+            policy__path=str(policy),
+            actor__episodes=self.ex.eval_episodes,
+            actor__seed=self.ex.eval_seed,
         )
         out = self.eval_dir(name)
         argv = robotrl("eval", *config_overrides(cfg, ["env", "policy", "actor"]), f"run_dir={out}")
@@ -185,8 +193,10 @@ class Demo:
         from robotrl.actor.run import run_episodes
         from robotrl.viz.rerun import RerunObserver
 
-        cfg = self._variant(
-            policy__path=str(policy), actor__episodes=self.ex.rerun_episodes, actor__seed=self.ex.eval_seed
+        cfg = self._offline(
+            policy__path=str(policy),
+            actor__episodes=self.ex.rerun_episodes,
+            actor__seed=self.ex.eval_seed,
         )
         observer = RerunObserver(path, application_id="robotrl-demo")
         try:

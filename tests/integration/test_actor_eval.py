@@ -66,3 +66,16 @@ def test_an_inference_slower_than_half_a_chunk_is_explained_in_the_summary(tmp_p
     )
     assert summary["starved_ticks"] > 0
     assert "policy.horizon (>= 38)" in summary["diagnosis"]
+
+
+@pytest.mark.timeout(300)
+def test_a_scripted_takeover_is_recorded_as_intervention_ticks(tmp_path):
+    summary = run_eval(
+        tmp_path,
+        "env=so101_pick_place",
+        "env.privileged_state=true",
+        "env.expert_takeover_ticks=10",
+        "actor.episodes=1",
+    )
+    # 60 ticks in all; the expert drives from tick 10 and needs longer than 50 to place the cube
+    assert summary["ticks"] == 60 and summary["intervention_ticks"] == 50

@@ -62,6 +62,12 @@ def test_overrides_reach_the_typed_config():
         (["policy=lerobot", "policy.path=/x", "policy.noise_scale=0.5"], "policy.noise_scale"),
         (["experiment.algorithms=[rapi,dagger]"], "experiment.algorithms"),
         (["experiment.algorithms=[rapi,bc,rapi]"], "experiment.algorithms"),
+        (["env.expert_takeover_ticks=-1"], "env.expert_takeover_ticks"),
+        (
+            ["env=so101_pick_place", "env.privileged_state=false", "env.expert_takeover_ticks=90"],
+            "env.expert",
+        ),
+        (["hardware=so101", "env.expert_takeover_ticks=90"], "env.expert_takeover_ticks"),
     ],
 )
 def test_bad_value_fails_naming_the_field(overrides, field):

@@ -239,3 +239,27 @@ def test_pick_place_outcome_names(success, moved, lifted, held, outcome):
     from robotrl.sim.envs import pick_place_outcome
 
     assert pick_place_outcome(success, moved, lifted, held) == outcome
+
+
+def test_a_scripted_takeover_drives_from_its_tick_and_reports_it_as_an_intervention():
+    from robotrl.sim import make_env
+
+    cfg = EnvConfig(
+        id="robotrl/SO101PickPlace-v0", cameras=[], privileged_state=True, expert_takeover_ticks=5
+    )
+    env = make_env(cfg)
+    obs = env.reset(seed=3)
+    hold = np.array(obs.state[:6], copy=True)
+    steps = []
+    while True:
+        step = env.step(hold)  # the policy would hold still; the "person" takes over at tick 5
+        steps.append(step)
+        if step.terminated or step.truncated:
+            break
+    flags = [bool(s.info.get("intervention", False)) for s in steps]
+    assert flags[:5] == [False] * 5 and all(flags[5:])
+    assert "executed" not in steps[4].info and not np.array_equal(steps[5].info["executed"], hold)
+    assert steps[-1].info["is_success"] and steps[-1].info["outcome"] == "success"
+    again = env.reset(seed=3)  # a new episode starts with the policy driving again
+    assert "intervention" not in env.step(np.array(again.state[:6])).info
+    env.close()
