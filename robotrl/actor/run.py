@@ -404,8 +404,13 @@ def actor_role(cfg: RobotRLConfig) -> int:
             "refused_rows": refused,
             "missed_deadlines": sum(r.missed_deadlines for r in results),
             "time": round(time.time(), 3),
-            # per episode: success, newest policy version executed (learning curves)
-            "history": [[int(r.success), max(r.policy_versions, default=-1)] for r in results],
+            "taken_over": sum(r.intervention_ticks > 0 for r in results),  # episodes a person (or
+            # the sim's scripted takeover) drove for a while
+            # per episode: success with no intervention, newest policy version executed (learning curves)
+            "history": [
+                [int(r.success and not r.intervention_ticks), max(r.policy_versions, default=-1)]
+                for r in results
+            ],
         }
         tmp = progress_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(progress))

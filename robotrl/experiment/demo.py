@@ -331,8 +331,8 @@ class Demo:
                 str(e["starved_ticks"]),
             )
         self.console.print(table)
-        failures = {name: e.get("outcomes", {}) for name, e in evals.items()}
-        if any(failures.values()):
+        failures = {name: e["outcomes"] for name, e in evals.items() if e.get("outcomes")}
+        if failures:  # evaluations cached before outcomes were counted have none
             self.console.print("how the failed episodes ended:")
             for name, outcomes in failures.items():
                 failed = outcome_text(outcomes, skip=OUTCOME_SUCCESS)

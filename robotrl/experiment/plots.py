@@ -20,7 +20,8 @@ def _pyplot() -> Any:
 
 
 def online_history(run_dir: Path) -> list[int]:
-    """Per-episode successes of every actor of a fine-tuning run, interleaved in episode order."""
+    """Per-episode successes of every actor of a fine-tuning run (the policy's own: an episode a
+    person or the scripted takeover drove for a while counts as a failure), in episode order."""
     histories = []
     for path in sorted(run_dir.glob("actor_*_progress.json")):
         histories.append([int(s) for s, _v in json.loads(path.read_text()).get("history", [])])
