@@ -64,9 +64,11 @@ def describe_progress(name: str, progress: dict[str, Any]) -> str:
             f"transitions {progress.get('transitions', 0)}  "
             f"{progress.get('updates_per_s', 0.0):.1f} updates/s"
         )
+    taken_over = progress.get("taken_over", 0)
     return (
         f"episodes {progress.get('episodes', 0)}  success {progress.get('successes', 0)}  "
-        f"executing v{progress.get('policy_version', -1)}  backlog {progress.get('backlog', 0)}"
+        + (f"taken over {taken_over}  " if taken_over else "")
+        + f"executing v{progress.get('policy_version', -1)}  backlog {progress.get('backlog', 0)}"
     )
 
 

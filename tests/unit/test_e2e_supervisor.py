@@ -98,3 +98,12 @@ def test_stop_sends_sigint_and_kills_a_role_that_ignores_it(tmp_path: Path):
 def test_role_names_must_be_unique(tmp_path: Path):
     with pytest.raises(ValueError, match="unique"):
         Supervisor([RoleSpec("a", ["true"], tmp_path / "a"), RoleSpec("a", ["true"], tmp_path / "b")])
+
+
+def test_an_actors_status_line_names_episodes_taken_over_only_when_there_are_any():
+    from robotrl.launch.status import describe_progress
+
+    plain = {"episodes": 12, "successes": 7, "policy_version": 3, "backlog": 0}
+    assert describe_progress("actor-0", plain) == "episodes 12  success 7  executing v3  backlog 0"
+    helped = describe_progress("actor-0", {**plain, "taken_over": 4})
+    assert helped == "episodes 12  success 7  taken over 4  executing v3  backlog 0"
