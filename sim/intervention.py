@@ -3,32 +3,50 @@
 On a real arm a person holding a leader arm or gamepad takes over when the policy is
 going wrong; the actor then records what the person did, flagged as an intervention,
 and the learner keeps those segments in its anchor buffer. No person can sit at the sim,
-so :class:`ExpertTakeover` plays one: once an episode has run ``after_ticks`` ticks
-without success, the task's scripted expert drives the arm, from wherever the policy
-left it, to the end of the episode. It reports exactly what the real arm reports during
-an intervention: the action that ran (``info["executed"]``) and ``info["intervention"]``.
+so :class:`ExpertTakeover` plays one, in either of two ways:
+
+- **late** (``after_ticks``): once an episode has run that many ticks without success,
+  the task's scripted expert drives the arm, from wherever the policy left it, to the
+  episode's end;
+- **on a miss** (``on_miss``, pick-and-place): the moment the policy has pushed the cube
+  without lifting it (a grasp that missed), the expert takes over, grasps the cube again
+  and hands back once it has lifted it, as a person correcting the grasp would.
+
+It reports exactly what the real arm reports during an intervention: the action that
+ran (``info["executed"]``) and ``info["intervention"]``.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+from robotrl.sim.envs import CUBE_LIFTED, CUBE_MOVED
 from robotrl.sim.experts import make_expert
 
 from robotrl.core.protocols import RobotEnv, StepResult
 from robotrl.core.types import EnvSpec, FloatArray, Observation
 
+CUBE_POSITION = ("cube.x", "cube.y", "cube.z")
+
 
 class ExpertTakeover:
-    """Wraps a sim :class:`RobotEnv`; the expert of ``env_id`` drives from tick ``after_ticks`` on."""
+    """Wraps a sim :class:`RobotEnv`; the expert of ``env_id`` drives when a takeover is due."""
 
-    def __init__(self, env: RobotEnv, env_id: str, after_ticks: int) -> None:
-        if after_ticks <= 0:
-            raise ValueError(f"after_ticks must be > 0, got {after_ticks}")
-        self.env, self.after_ticks = env, after_ticks
+    def __init__(self, env: RobotEnv, env_id: str, after_ticks: int = 0, on_miss: bool = False) -> None:
+        if after_ticks < 0:
+            raise ValueError(f"after_ticks must be >= 0 (0: never), got {after_ticks}")
+        names = env.spec.state_names
+        if on_miss and not set(CUBE_POSITION) <= set(names):
+            raise ValueError("a takeover on a missed grasp needs the cube's position in the state")
+        self.env, self.after_ticks, self.on_miss = env, after_ticks, on_miss
+        self._cube = [names.index(n) for n in CUBE_POSITION] if on_miss else []
         self.expert = make_expert(env_id)
         self._obs: Observation | None = None
-        self._taken_over = False
+        self._cube_start: FloatArray | None = None
+        self._driving = False  # the expert has the arm
+        self._until_end = False  # ... to the episode's end (late), or until it lifts the cube (miss)
+        self._missed = False  # a miss is corrected once per episode
 
     @property
     def spec(self) -> EnvSpec:
@@ -36,22 +54,55 @@ class ExpertTakeover:
 
     def reset(self, seed: int | None = None) -> Observation:
         self._obs = self.env.reset(seed)
-        self._taken_over = False
+        self._cube_start = self._cube_position(self._obs)
+        self._driving = self._until_end = self._missed = False
         return self._obs
 
     def step(self, action: FloatArray) -> StepResult:
-        if self._obs is None:
+        obs = self._obs
+        if obs is None:
             raise RuntimeError("step() before reset()")
-        if not self._taken_over and self._obs.tick >= self.after_ticks:
-            self.expert.reset()  # it starts from the arm's pose and the objects as they are now
-            self._taken_over = True
-        if self._taken_over:
-            action = self.expert.act(self._obs)
+        self._update(obs)
+        if self._driving:
+            action = self.expert.act(obs)
         step = self.env.step(action)
-        if self._taken_over:
+        if self._driving:
             step = replace(step, info={**step.info, "executed": action, "intervention": True})
         self._obs = step.observation
         return step
+
+    def _update(self, obs: Observation) -> None:
+        """Take over, or hand back, before the step from ``obs``."""
+        if self._driving and not self._until_end and self._expert_lifted(obs):
+            self._driving = False  # the cube is in the gripper again: the policy carries on
+        if self._until_end:
+            return
+        if self.after_ticks and obs.tick >= self.after_ticks:
+            self._take_over(until_end=True)
+        elif self.on_miss and not self._missed and self._pushed_not_lifted(obs):
+            self._missed = True
+            self._take_over(until_end=False)
+
+    def _take_over(self, until_end: bool) -> None:
+        if not self._driving:
+            self.expert.reset()  # it starts from the arm's pose and the objects as they are now
+        self._driving, self._until_end = True, until_end
+
+    def _expert_lifted(self, obs: Observation) -> bool:
+        """The expert finished its lift with the cube up (else it grasps again itself)."""
+        phases = getattr(self.expert, "PHASES", ())
+        phase = getattr(self.expert, "phase", 0)
+        cube = self._cube_position(obs)
+        lifted = "carry" in phases and phase >= phases.index("carry")
+        return lifted and cube is not None and bool(cube[2] > CUBE_LIFTED)
+
+    def _cube_position(self, obs: Observation) -> FloatArray | None:
+        return np.asarray(obs.state)[self._cube] if self._cube else None
+
+    def _pushed_not_lifted(self, obs: Observation) -> bool:
+        cube, start = self._cube_position(obs), self._cube_start
+        assert cube is not None and start is not None
+        return bool(np.linalg.norm(cube - start) > CUBE_MOVED and cube[2] < CUBE_LIFTED)
 
     def close(self) -> None:
         self.env.close()

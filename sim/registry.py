@@ -50,8 +50,8 @@ def make_env(cfg: EnvConfig, seed_offset: int = 0) -> RobotEnv:
         dense_reward=cfg.dense_reward,
     )
     sim: RobotEnv = SimRobotEnv(env, name=cfg.id, seed_offset=seed_offset)
-    if cfg.expert_takeover_ticks:
+    if cfg.expert_takeover_ticks or cfg.expert_takeover_on_miss:
         from robotrl.sim.intervention import ExpertTakeover
 
-        return ExpertTakeover(sim, cfg.id, cfg.expert_takeover_ticks)
+        return ExpertTakeover(sim, cfg.id, cfg.expert_takeover_ticks, cfg.expert_takeover_on_miss)
     return sim

@@ -96,6 +96,11 @@ class EnvConfig:
     expert takes over to its end, as a person with a leader arm would, and the actor records
     those ticks as interventions (the learner's anchor keeps them). 0: never. Evaluations in
     `robotrl experiment` always run without it."""
+    expert_takeover_on_miss: bool = False
+    """Sim, pick-and-place only: the moment the policy has pushed the cube without lifting it,
+    the scripted expert takes over, grasps it again and hands back once it has lifted it (once
+    per episode), as a person correcting a missed grasp would; recorded as interventions.
+    Evaluations in `robotrl experiment` always run without it."""
 
 
 @dataclass
@@ -581,14 +586,7 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
         out.append(("env.image_size", f"must be in [16, 1024], got {e.image_size}"))
     if len(set(e.cameras)) != len(e.cameras):
         out.append(("env.cameras", f"lists a camera twice: {e.cameras}"))
-    if e.expert_takeover_ticks < 0:
-        out.append(("env.expert_takeover_ticks", f"must be >= 0 (0: never), got {e.expert_takeover_ticks}"))
-    elif e.expert_takeover_ticks and cfg.hardware.robot_type is not None:
-        message = "a scripted takeover exists only in the sim (on a real arm a person intervenes)"
-        out.append(("env.expert_takeover_ticks", message))
-    elif e.expert_takeover_ticks and e.id.endswith("PickPlace-v0") and not e.privileged_state:
-        message = "the pick-and-place expert needs the cube pose: set env.privileged_state=true"
-        out.append(("env.expert_takeover_ticks", message))
+    out += _takeover_problems(cfg)
     out += _positive("policy.horizon", p.horizon)
     if not 0 <= p.max_delay < p.horizon:
         out.append(("policy.max_delay", f"must be in [0, horizon={p.horizon}), got {p.max_delay}"))
@@ -853,6 +851,23 @@ def _replay_problems(rp: ReplayConfig) -> list[tuple[str, str]]:
         out.append(("replay.episodes", f"must be episode indices >= 0, got {rp.episodes}"))
     out += _positive("replay.tolerance", rp.tolerance)
     return out
+
+
+def _takeover_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
+    e = cfg.env
+    if e.expert_takeover_ticks < 0:
+        return [("env.expert_takeover_ticks", f"must be >= 0 (0: never), got {e.expert_takeover_ticks}")]
+    field_name = "env.expert_takeover_on_miss" if e.expert_takeover_on_miss else "env.expert_takeover_ticks"
+    if not (e.expert_takeover_ticks or e.expert_takeover_on_miss):
+        return []
+    if cfg.hardware.robot_type is not None:
+        return [(field_name, "a scripted takeover exists only in the sim (on a real arm, a person)")]
+    pick_place = e.id.endswith("PickPlace-v0")
+    if e.expert_takeover_on_miss and not pick_place:
+        return [(field_name, f"a missed grasp exists only in pick-and-place, not {e.id}")]
+    if pick_place and not e.privileged_state:
+        return [(field_name, "the pick-and-place expert needs the cube pose: set env.privileged_state=true")]
+    return []
 
 
 def _record_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:

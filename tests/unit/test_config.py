@@ -86,3 +86,21 @@ def test_unknown_preset_lists_the_available_ones_without_schemas():
         load_config(["env=nowhere"])
     text = str(info.value)
     assert "so101_reach" in text and "env_schema" not in text
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["env=so101_reach", "env.expert_takeover_on_miss=true"],
+        ["env=so101_pick_place", "env.privileged_state=false", "env.expert_takeover_on_miss=true"],
+        [
+            "env=so101_pick_place",
+            "env.privileged_state=true",
+            "hardware=so101",
+            "env.expert_takeover_on_miss=true",
+        ],
+    ],
+)
+def test_a_takeover_on_a_missed_grasp_needs_the_simulated_pick_and_place_with_the_cube_pose(overrides):
+    with pytest.raises(ConfigError, match=r"env\.expert_takeover_on_miss"):
+        load_config(overrides)

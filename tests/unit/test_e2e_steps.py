@@ -43,18 +43,20 @@ def test_the_continued_imitation_baseline_clones_the_demonstrations_alone(tmp_pa
 
 
 def test_a_scripted_takeover_helps_only_while_fine_tuning(tmp_path: Path, monkeypatch):
-    cfg = load_config(
-        ["experiment=demo", f"experiment.output_dir={tmp_path}", "env.expert_takeover_ticks=120"]
-    )
+    takeovers = ["env.expert_takeover_ticks=120", "env.expert_takeover_on_miss=true"]
+    cfg = load_config(["experiment=demo", f"experiment.output_dir={tmp_path}", *takeovers])
     demo = Demo(cfg, Console(file=open("/dev/null", "w")))  # noqa: SIM115
-    assert demo.finetune_config("rapi").env.expert_takeover_ticks == 120
+    env = demo.finetune_config("rapi").env
+    assert (env.expert_takeover_ticks, env.expert_takeover_on_miss) == (120, True)
     ran: list[list[str]] = []
     monkeypatch.setattr(demo.steps, "run", lambda title, out, argv, inputs=(): ran.append(list(argv)))
     demo.record()
     demo.pretrain()
     with pytest.raises(FileNotFoundError):  # the stubbed step wrote no summary
         demo.evaluate("pretrained", demo.pretrained, "the pretrained policy", made_by=tmp_path)
-    assert len(ran) == 3 and all("env.expert_takeover_ticks=0" in argv for argv in ran)
+    assert len(ran) == 3
+    for argv in ran:
+        assert "env.expert_takeover_ticks=0" in argv and "env.expert_takeover_on_miss=false" in argv
 
 
 def test_hydra_values_keep_their_types():
