@@ -8,9 +8,10 @@ so :class:`ExpertTakeover` plays one, in either of two ways:
 - **late** (``after_ticks``): once an episode has run that many ticks without success,
   the task's scripted expert drives the arm, from wherever the policy left it, to the
   episode's end;
-- **on a miss** (``on_miss``, pick-and-place): the moment the policy has pushed the cube
-  without lifting it (a grasp that missed), the expert takes over, grasps the cube again
-  and hands back once it has lifted it, as a person correcting the grasp would.
+- **on a miss** (``on_miss``, pick-and-place): the moment the policy's jaws have closed on
+  nothing while the cube is still on the table (a grasp that missed), the expert takes
+  over, grasps the cube again and hands back once it has lifted it, as a person correcting
+  the grasp would.
 
 It reports exactly what the real arm reports during an intervention: the action that
 ran (``info["executed"]``) and ``info["intervention"]``.
@@ -21,13 +22,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from robotrl.sim.envs import CUBE_LIFTED, CUBE_MOVED
+from robotrl.sim.envs import CUBE_LIFTED
 from robotrl.sim.experts import make_expert
 
 from robotrl.core.protocols import RobotEnv, StepResult
 from robotrl.core.types import EnvSpec, FloatArray, Observation
 
 CUBE_POSITION = ("cube.x", "cube.y", "cube.z")
+GRIPPER = "gripper.pos"
+JAWS_SHUT = 8.0
+"""Gripper position (0-100, 0 closed) below which the jaws hold nothing: closed on the 2.5 cm
+cube they stop near 16, closed on air near 0."""
 
 
 class ExpertTakeover:
@@ -37,13 +42,13 @@ class ExpertTakeover:
         if after_ticks < 0:
             raise ValueError(f"after_ticks must be >= 0 (0: never), got {after_ticks}")
         names = env.spec.state_names
-        if on_miss and not set(CUBE_POSITION) <= set(names):
+        if on_miss and not {*CUBE_POSITION, GRIPPER} <= set(names):
             raise ValueError("a takeover on a missed grasp needs the cube's position in the state")
         self.env, self.after_ticks, self.on_miss = env, after_ticks, on_miss
         self._cube = [names.index(n) for n in CUBE_POSITION] if on_miss else []
+        self._gripper = names.index(GRIPPER) if on_miss else -1
         self.expert = make_expert(env_id)
         self._obs: Observation | None = None
-        self._cube_start: FloatArray | None = None
         self._driving = False  # the expert has the arm
         self._until_end = False  # ... to the episode's end (late), or until it lifts the cube (miss)
         self._missed = False  # a miss is corrected once per episode
@@ -54,7 +59,6 @@ class ExpertTakeover:
 
     def reset(self, seed: int | None = None) -> Observation:
         self._obs = self.env.reset(seed)
-        self._cube_start = self._cube_position(self._obs)
         self._driving = self._until_end = self._missed = False
         return self._obs
 
@@ -79,7 +83,7 @@ class ExpertTakeover:
             return
         if self.after_ticks and obs.tick >= self.after_ticks:
             self._take_over(until_end=True)
-        elif self.on_miss and not self._missed and self._pushed_not_lifted(obs):
+        elif self.on_miss and not self._missed and self._missed_grasp(obs):
             self._missed = True
             self._take_over(until_end=False)
 
@@ -99,10 +103,10 @@ class ExpertTakeover:
     def _cube_position(self, obs: Observation) -> FloatArray | None:
         return np.asarray(obs.state)[self._cube] if self._cube else None
 
-    def _pushed_not_lifted(self, obs: Observation) -> bool:
-        cube, start = self._cube_position(obs), self._cube_start
-        assert cube is not None and start is not None
-        return bool(np.linalg.norm(cube - start) > CUBE_MOVED and cube[2] < CUBE_LIFTED)
+    def _missed_grasp(self, obs: Observation) -> bool:
+        cube = self._cube_position(obs)
+        assert cube is not None
+        return bool(obs.state[self._gripper] < JAWS_SHUT and cube[2] < CUBE_LIFTED)
 
     def close(self) -> None:
         self.env.close()

@@ -97,9 +97,10 @@ class EnvConfig:
     those ticks as interventions (the learner's anchor keeps them). 0: never. Evaluations in
     `robotrl experiment` always run without it."""
     expert_takeover_on_miss: bool = False
-    """Sim, pick-and-place only: the moment the policy has pushed the cube without lifting it,
-    the scripted expert takes over, grasps it again and hands back once it has lifted it (once
-    per episode), as a person correcting a missed grasp would; recorded as interventions.
+    """Sim, pick-and-place only: the moment the policy's jaws have closed on nothing while the
+    cube is on the table, the scripted expert takes over, grasps it again and hands back once it
+    has lifted it (once per episode), as a person correcting a missed grasp would; recorded as
+    interventions.
     Evaluations in `robotrl experiment` always run without it."""
 
 
