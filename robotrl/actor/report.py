@@ -91,6 +91,7 @@ def episode_rows(results: Sequence[EpisodeResult]) -> list[dict[str, Any]]:
             "success_tick": r.success_tick,
             "reward": r.total_reward,
             "starved_ticks": r.starved_ticks,
+            "intervention_ticks": r.intervention_ticks,
             "policy_versions": sorted(set(r.policy_versions)),
             "failure": r.failure,
         }

@@ -79,3 +79,5 @@ def test_a_scripted_takeover_is_recorded_as_intervention_ticks(tmp_path):
     )
     # 60 ticks in all; the expert drives from tick 10 and needs longer than 50 to place the cube
     assert summary["ticks"] == 60 and summary["intervention_ticks"] == 50
+    (row,) = [json.loads(line) for line in (tmp_path / "eval_episodes.jsonl").read_text().splitlines()]
+    assert row["intervention_ticks"] == 50
