@@ -368,6 +368,10 @@ class PretrainConfig:
     """Batches in one validation pass (fixed samples and noise, so passes compare)."""
     checkpoint_every: int = 1000
     """Steps between checkpoints (run_dir/policy, run_dir/policy_best, resume state)."""
+    ema: float = 0.0
+    """Decay of a running average of the weights, per step (0.999: about the last 1000 steps);
+    the checkpoints and the validation loss are the average's. 0: the last iterate. The
+    learner's ``policy_ema`` does the same while fine-tuning."""
     resume: bool = True
     """Continue from run_dir's resume state when it exists."""
     threads: int = 0
@@ -766,6 +770,8 @@ def _pretrain_problems(pt: PretrainConfig) -> list[tuple[str, str]]:
         out.append(("pretrain.threads", f"must be >= 0, got {pt.threads}"))
     if not 0 <= pt.state_noise <= 1:
         out.append(("pretrain.state_noise", f"must be in [0, 1] (standard deviations), got {pt.state_noise}"))
+    if not 0 <= pt.ema < 1:
+        out.append(("pretrain.ema", f"must be in [0, 1) (0: no average), got {pt.ema}"))
     return out
 
 

@@ -7,9 +7,11 @@ successful episodes (``pretrain.hold_after_success``), reports a validation loss
 held-out episodes (``pretrain.val_fraction=0`` trains on every episode and validates on
 them), and writes into ``run_dir``:
 
-- ``policy/``: the latest checkpoint (what ``robotrl actor policy.path=...`` loads),
+- ``policy/``: the latest checkpoint (what ``robotrl actor policy.path=...`` loads); with
+  ``pretrain.ema`` the running average of the weights, validated as such,
 - ``policy_best/``: the checkpoint with the lowest validation loss,
-- ``pretrain_state/``: optimiser state and step, so a rerun resumes,
+- ``pretrain_state/``: optimiser state and step (and the training iterate, with
+  ``pretrain.ema``), so a rerun resumes,
 - ``pretrain_metrics.jsonl``: one JSON line per validation.
 
 Checkpoint directories are replaced atomically (written beside, then renamed), so
@@ -24,6 +26,8 @@ import json
 import math
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +44,8 @@ from robotrl.policy.flow import FlowChunkPolicy
 
 STATE_DIR = "pretrain_state"
 OPTIMIZER_FILE = "optimizer.pt"
+ITERATE_FILE = "iterate.pt"
+"""With ``pretrain.ema``, ``policy/`` holds the average; the training iterate resumes from here."""
 TRAINER_FILE = "trainer.json"
 
 console = Console(stderr=True)
@@ -88,6 +94,9 @@ class Pretrainer:
         self.optimizer = torch.optim.AdamW(
             self.policy.parameters(), lr=self.pt.lr, weight_decay=self.pt.weight_decay
         )
+        self.average: list[torch.Tensor] | None = None
+        if self.pt.ema > 0:
+            self.average = [p.detach().clone() for p in self.policy.parameters()]
         self.step = 0
         self.best_val = math.inf
         self.val_set = self._fixed_val_set()
@@ -99,6 +108,25 @@ class Pretrainer:
     def _fixed_val_set(self) -> list[dict[str, Any]]:
         rng = np.random.default_rng([self.cfg.seed, 1_000_003])
         return [self.val.batch(rng, self.pt.batch_size, self.device) for _ in range(self.pt.val_batches)]
+
+    @contextmanager
+    def averaged(self) -> Iterator[None]:
+        """The weight average in the policy for the block (validation, saving); the training
+        iterate is put back after it. Without ``pretrain.ema`` the policy as it is."""
+        if self.average is None:
+            yield
+            return
+        params = list(self.policy.parameters())
+        iterate = [p.detach().clone() for p in params]
+        with torch.no_grad():
+            for p, avg in zip(params, self.average, strict=True):
+                p.copy_(avg)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for p, it in zip(params, iterate, strict=True):
+                    p.copy_(it)
 
     def validation_loss(self) -> float:
         self.policy.eval()
@@ -119,19 +147,27 @@ class Pretrainer:
         loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0)
         self.optimizer.step()
+        if self.average is not None:
+            with torch.no_grad():
+                for avg, p in zip(self.average, self.policy.parameters(), strict=True):
+                    avg.lerp_(p, 1.0 - self.pt.ema)
         self.step += 1
         return float(loss.item())
 
     # ------------------------------------------------------------------ persistence
     def save(self, val_loss: float | None) -> None:
-        replace_dir(self.policy.save, self.run_dir / "policy")
-        if val_loss is not None and val_loss < self.best_val:
-            self.best_val = val_loss
-            replace_dir(self.policy.save, self.run_dir / "policy_best")
+        """``val_loss`` is the saved weights' (the average's, with ``pretrain.ema``)."""
+        with self.averaged():
+            replace_dir(self.policy.save, self.run_dir / "policy")
+            if val_loss is not None and val_loss < self.best_val:
+                self.best_val = val_loss
+                replace_dir(self.policy.save, self.run_dir / "policy_best")
 
         def write_state(tmp: Path) -> None:
             tmp.mkdir(parents=True)
             torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+            if self.average is not None:
+                torch.save(self.policy.state_dict(), tmp / ITERATE_FILE)
             state = {"step": self.step, "best_val": self.best_val, "seed": self.cfg.seed}
             (tmp / TRAINER_FILE).write_text(json.dumps(state) + "\n")
 
@@ -150,6 +186,13 @@ class Pretrainer:
             )
         self.policy.load_state_dict(saved.state_dict())
         self.policy.set_normalization(saved.normalization())
+        if self.average is not None:  # policy/ holds the average; training goes on from the iterate
+            with torch.no_grad():
+                for avg, p in zip(self.average, self.policy.parameters(), strict=True):
+                    avg.copy_(p)
+            iterate = state_dir / ITERATE_FILE
+            if iterate.is_file():  # else a run without an average: it starts from its weights
+                self.policy.load_state_dict(torch.load(iterate, map_location=self.device, weights_only=True))
         optim_state = torch.load(state_dir / OPTIMIZER_FILE, map_location=self.device, weights_only=True)
         self.optimizer.load_state_dict(optim_state)
         trainer = json.loads((state_dir / TRAINER_FILE).read_text())
@@ -181,7 +224,8 @@ class Pretrainer:
                 done = self.step >= self.pt.steps
                 checkpoint = done or self.step % self.pt.checkpoint_every == 0
                 if done or checkpoint or self.step % self.pt.val_every == 0:
-                    val_loss = self.validation_loss()
+                    with self.averaged():
+                        val_loss = self.validation_loss()
                     record = {
                         "step": self.step,
                         "loss": last_loss,

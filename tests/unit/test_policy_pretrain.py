@@ -104,6 +104,31 @@ def test_resumed_pretraining_matches_an_uninterrupted_run(dataset, tmp_path):
         torch.testing.assert_close(a, b, msg=name)
 
 
+def test_with_a_weight_average_the_checkpoint_is_the_average_and_a_resume_matches(dataset, tmp_path):
+    demos = load_demos(dataset, CAMERAS)
+    ema = ["pretrain.ema=0.9"]
+    straight = Pretrainer(load_config(overrides(dataset, tmp_path / "a", 20) + ema), demos)
+    straight.run()
+    saved = FlowChunkPolicy.load(tmp_path / "a" / "policy")
+    params = dict(straight.policy.named_parameters())
+    assert straight.average is not None
+    for (name, value), avg in zip(saved.named_parameters(), straight.average, strict=True):
+        torch.testing.assert_close(value, avg, msg=name)  # the checkpoint is the average ...
+    assert any(not torch.equal(p, avg) for p, avg in zip(params.values(), straight.average, strict=True))
+    # ... and a run interrupted at a checkpoint resumes both the iterate and the average
+    interrupted = Pretrainer(load_config(overrides(dataset, tmp_path / "b", 20) + ema), demos)
+    for _ in range(10):
+        interrupted.train_step()
+    interrupted.save(None)
+    resumed = Pretrainer(load_config(overrides(dataset, tmp_path / "b", 20) + ema), demos)
+    resumed.run()
+    assert resumed.average is not None
+    for a, b in zip(straight.policy.parameters(), resumed.policy.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(straight.average, resumed.average, strict=True):
+        torch.testing.assert_close(a, b)
+
+
 def test_pretrain_without_dataset_names_the_field(tmp_path, capsys):
     assert cli_main(["pretrain", "policy=flow_tiny", f"run_dir={tmp_path}"]) == 2
     assert "dataset" in capsys.readouterr().err
@@ -115,6 +140,7 @@ def test_pretrain_without_dataset_names_the_field(tmp_path, capsys):
         ("pretrain.steps=0", "pretrain.steps"),
         ("pretrain.val_fraction=1.0", "pretrain.val_fraction"),
         ("pretrain.lr=-1", "pretrain.lr"),
+        ("pretrain.ema=1.0", "pretrain.ema"),
         ("dataset=''", "dataset"),
     ],
 )
