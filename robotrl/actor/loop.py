@@ -73,10 +73,10 @@ class EpisodeResult:
     policy_versions: list[int] = field(default_factory=list)
     clamped_ticks: int = 0
     intervention_ticks: int = 0
+    """Ticks a human drove the arm (a real arm's teleoperator)."""
     outcome: str | None = None
     """How the episode ended, as the environment names it (its last step's ``OUTCOME_INFO_KEY``:
     "success", "cube pushed, never lifted", ...); None when it does not say."""
-    """Ticks a human drove the arm (a real arm's teleoperator)."""
     jerk_rms: float = 0.0
     lateness_ms: list[float] = field(default_factory=list)
     failure: str | None = None

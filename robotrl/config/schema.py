@@ -100,8 +100,7 @@ class EnvConfig:
     """Sim, pick-and-place only: the moment the policy's jaws have closed on nothing while the
     cube is on the table, the scripted expert takes over, grasps it again and hands back once it
     has lifted it (once per episode), as a person correcting a missed grasp would; recorded as
-    interventions.
-    Evaluations in `robotrl experiment` always run without it."""
+    interventions. Evaluations in `robotrl experiment` always run without it."""
 
 
 @dataclass
@@ -864,9 +863,9 @@ def _takeover_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     e = cfg.env
     if e.expert_takeover_ticks < 0:
         return [("env.expert_takeover_ticks", f"must be >= 0 (0: never), got {e.expert_takeover_ticks}")]
-    field_name = "env.expert_takeover_on_miss" if e.expert_takeover_on_miss else "env.expert_takeover_ticks"
     if not (e.expert_takeover_ticks or e.expert_takeover_on_miss):
         return []
+    field_name = "env.expert_takeover_on_miss" if e.expert_takeover_on_miss else "env.expert_takeover_ticks"
     if cfg.hardware.robot_type is not None:
         return [(field_name, "a scripted takeover exists only in the sim (on a real arm, a person)")]
     pick_place = e.id.endswith("PickPlace-v0")
