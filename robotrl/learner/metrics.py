@@ -18,6 +18,7 @@ CONSOLE_KEYS = (
     "v_loss",
     "policy_loss",
     "adv",
+    "weight_ess",
     "lag_mean",
     "ingest_tps",
 )

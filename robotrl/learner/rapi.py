@@ -52,6 +52,17 @@ def expectile_loss(diff: torch.Tensor, tau: float) -> torch.Tensor:
     return (weight * diff.pow(2)).mean()
 
 
+def effective_share(weights: torch.Tensor) -> float:
+    """Kish's effective sample size of ``weights`` as a share of their count: 1 when they are
+    uniform (BC), 1/n when one sample takes all. A small share means the actor learns from a few
+    samples of each batch: a low beta trades imitation's sample efficiency for selectivity."""
+    n = weights.numel()
+    if n == 0:
+        return 0.0
+    w = weights.float()
+    return float(w.sum().square() / w.square().sum().clamp_min(1e-30) / n)
+
+
 def polyak(target: nn.Module, source: nn.Module, tau: float) -> None:
     with torch.no_grad():
         for t, s in zip(target.parameters(), source.parameters(), strict=True):
@@ -207,7 +218,13 @@ class RAPI(PolicyTrainer):
     def actor_step(self, batch: Mapping[str, Any]) -> dict[str, float]:
         w, adv = self.advantage_weights(batch)
         loss = self._policy_step(batch, w)
-        return {"policy_loss": loss, "adv": float(adv.mean()), "weight": float(w.mean())}
+        taught = w if ACTOR_SAMPLE_KEY not in batch else w[batch[ACTOR_SAMPLE_KEY].to(w.device).bool()]
+        return {
+            "policy_loss": loss,
+            "adv": float(adv.mean()),
+            "weight": float(w.mean()),
+            "weight_ess": effective_share(taught),
+        }
 
     def update_group(self, next_batch: NextBatch) -> Mapping[str, float]:
         cfg = self.cfg

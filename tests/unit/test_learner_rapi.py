@@ -12,7 +12,7 @@ from learner_doubles import MLPChunkPolicy, episode_batch
 from robotrl.config.schema import AdvantageKind, LearnerConfig
 from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, PREFIX_LEN_KEY, STATE_KEY
 from robotrl.learner.bc import BehaviourCloning
-from robotrl.learner.rapi import RAPI, expectile_loss
+from robotrl.learner.rapi import RAPI, effective_share, expectile_loss
 from robotrl.learner.replay import (
     ACTOR_SAMPLE_KEY,
     NEXT_PREFIX,
@@ -54,6 +54,13 @@ def test_expectile_loss_weights_underestimates_by_tau():
     diff = torch.tensor([1.0, -1.0])
     assert expectile_loss(diff[:1], 0.7).item() == pytest.approx(0.7)
     assert expectile_loss(diff[1:], 0.7).item() == pytest.approx(0.3)
+
+
+def test_effective_share_is_one_for_uniform_weights_and_one_over_n_for_a_single_sample():
+    assert effective_share(torch.full((8,), 3.0)) == pytest.approx(1.0)
+    assert effective_share(torch.tensor([5.0, 0.0, 0.0, 0.0])) == pytest.approx(0.25)
+    assert effective_share(torch.tensor([1.0, 1.0, 0.0, 0.0])) == pytest.approx(0.5)
+    assert effective_share(torch.zeros(0)) == 0.0
 
 
 def chain_replay(length: int, horizon: int, gamma: float) -> ChunkReplay:
@@ -117,7 +124,7 @@ def mean_first_action(policy: MLPChunkPolicy, horizon: int) -> float:
 def test_advantage_weighting_picks_the_better_mode_while_bc_stays_at_the_mixture():
     horizon = 4
     buf = two_mode_replay(horizon)
-    results = {}
+    results, logs = {}, {}
     for name in ("rapi", "bc"):
         torch.manual_seed(1)
         rng = np.random.default_rng(1)
@@ -125,11 +132,14 @@ def test_advantage_weighting_picks_the_better_mode_while_bc_stays_at_the_mixture
         cfg = quick_cfg(critic_warmup_updates=200, critic_updates_per_group=20, lr=2e-3)
         algo = RAPI(policy, cfg, CPU, 2, {}) if name == "rapi" else BehaviourCloning(policy, cfg, CPU)
         for _ in range(30):
-            algo.update_group(lambda rng=rng: buf.sample(64, rng))
+            logs[name] = algo.update_group(lambda rng=rng: buf.sample(64, rng))
         results[name] = mean_first_action(policy, horizon)
     # RAPI's weighted mean is tanh(A/beta)-like: well on the +1 side; BC averages +1 and -1.
     assert results["rapi"] > 0.5, results
     assert abs(results["bc"]) < 0.25, results
+    # Choosing the good half costs about half of each batch: the logged effective share says so.
+    assert 0.3 < logs["rapi"]["weight_ess"] < 0.8, logs["rapi"]
+    assert "weight_ess" not in logs["bc"]
 
 
 def test_no_actor_update_before_the_critic_warm_up():
