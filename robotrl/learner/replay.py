@@ -20,8 +20,10 @@ sample is built from rows, never stored twice:
   stitched plan that no policy computed from that state: the policy that produced them
   fits its own every-tick windows twice as badly as its chunk-start windows. The critic
   uses every window (a return is a return); the actor only windows that start where a
-  chunk was observed, with that chunk's delay as ``prefix_len``, and every demonstration
-  window (an expert acting on the current state). Starved ticks start no actor sample.
+  chunk was observed, with that chunk's delay as ``prefix_len``, and every window of an
+  expert: a demonstration's, or one that starts on a tick a person drove (an intervention),
+  which teaches the rows the person drove, with ``prefix_len`` drawn as for demonstrations.
+  Either expert acted on the current state at every tick. Starved ticks start no actor sample.
 - **Never across an episode.** Rows are linked per actor and episode; a new episode
   id or a gap in ticks closes the open one. At an episode's end the last starts get
   shorter chunks (padded with their last action, as pretraining pads them, and
@@ -73,10 +75,12 @@ from robotrl.core.types import (
 NEXT_PREFIX = "next."
 """Next-state keys are the observation keys with this prefix: ``next.observation.state``."""
 ACTOR_SAMPLE_KEY = "actor_sample"
-"""bool (B,): whether the actor may learn from the sample (a chunk start or a demonstration window)."""
+"""bool (B,): whether the actor may learn from the sample (a chunk start, a demonstration window,
+or a window that starts on a tick a person drove)."""
 POLICY_MASK_KEY = "policy_mask"
 """bool (B, H): the rows the actor may learn from: a chunk start's own chunk (the rows it
-produced, after its committed prefix), every real row of a demonstration window."""
+produced, after its committed prefix), every real row of a demonstration window, the rows a
+person drove in a window that starts on one."""
 REWARD_KEY = "reward"
 """float32 (B,): discounted reward sum over the chunk's real actions."""
 DISCOUNT_KEY = "discount"
@@ -428,6 +432,8 @@ class ChunkReplay:
             chunk_start = self._chunk_start[idx]
             start_delay = self._start_delay[idx]
             own_chunk = self._chunk_id[safe] == self._start_chunk[idx][:, None]
+            expert_rows = self._intervention[safe]
+            expert_start = self._intervention[idx]
             out: Batch = {
                 STATE_KEY: self._state[idx],
                 ACTION_KEY: self._action[safe],
@@ -445,11 +451,15 @@ class ChunkReplay:
                 out[IMAGE_KEY_PREFIX + cam] = np.asarray(mem[idx])
                 out[NEXT_PREFIX + IMAGE_KEY_PREFIX + cam] = np.asarray(mem[nxt])
         drawn = rng.integers(0, s.max_delay + 1, batch_size)
-        prefix = np.where(chunk_start, start_delay, np.where(delay >= 0, delay, drawn))
-        out[ACTOR_SAMPLE_KEY] = chunk_start | (delay < 0)
+        # An expert's window (a demonstration, or a start tick a person drove) is taught as a whole,
+        # with a drawn prefix: the expert acted on the state at every tick.
+        expert = (delay < 0) | expert_start
+        prefix = np.where(expert, drawn, np.where(chunk_start, start_delay, delay))
+        out[ACTOR_SAMPLE_KEY] = chunk_start | expert
         out[PREFIX_LEN_KEY] = np.clip(prefix, 0, np.maximum(real - 1, 0)).astype(np.int64)
         in_prefix = np.arange(s.horizon) < out[PREFIX_LEN_KEY][:, None]
-        out[POLICY_MASK_KEY] = mask & np.where(chunk_start[:, None], own_chunk | in_prefix, True)
+        own_rows = np.where(chunk_start[:, None], own_chunk | in_prefix, True)
+        out[POLICY_MASK_KEY] = mask & np.where(expert_start[:, None], expert_rows, own_rows)
         return out
 
     def gather(

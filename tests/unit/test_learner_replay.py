@@ -308,3 +308,23 @@ def test_the_actor_learns_only_the_rows_its_chunk_start_produced():
     demo.add(episode_batch("d", 1, range(9), end="terminated", delay=-1))
     d = demo.sample(50, np.random.default_rng(1))
     np.testing.assert_array_equal(d[POLICY_MASK_KEY], d[ACTION_MASK_KEY])
+
+
+def test_a_window_that_starts_on_a_tick_a_person_drove_teaches_the_rows_they_drove():
+    """A person drives ticks 5-10 of a chunked episode (period 3): every window starting there is
+    the actor's, as a demonstration's is, with a drawn prefix, and teaches only the driven rows;
+    policy windows stay at their chunk starts."""
+    rows = [
+        dataclasses.replace(t, intervention=5 <= t.tick <= 10) for t in chunked_episode(20, period=3)
+    ]
+    buf = make(max_delay=2)
+    buf.add(TransitionBatch.from_transitions(rows))
+    b = buf.sample(600, np.random.default_rng(0))
+    start = b[STATE_KEY][:, 1].astype(int)
+    driven = (start >= 5) & (start <= 10)
+    np.testing.assert_array_equal(b[ACTOR_SAMPLE_KEY], driven | (start % 3 == 0))
+    window_ticks = start[:, None] + np.arange(H)
+    np.testing.assert_array_equal(
+        b[POLICY_MASK_KEY][driven], b[ACTION_MASK_KEY][driven] & (window_ticks[driven] <= 10)
+    )
+    assert set(b[PREFIX_LEN_KEY][driven].tolist()) == {0, 1, 2}  # drawn from [0, max_delay]
