@@ -314,9 +314,7 @@ def test_a_window_that_starts_on_a_tick_a_person_drove_teaches_the_rows_they_dro
     """A person drives ticks 5-10 of a chunked episode (period 3): every window starting there is
     the actor's, as a demonstration's is, with a drawn prefix, and teaches only the driven rows;
     policy windows stay at their chunk starts."""
-    rows = [
-        dataclasses.replace(t, intervention=5 <= t.tick <= 10) for t in chunked_episode(20, period=3)
-    ]
+    rows = [dataclasses.replace(t, intervention=5 <= t.tick <= 10) for t in chunked_episode(20, period=3)]
     buf = make(max_delay=2)
     buf.add(TransitionBatch.from_transitions(rows))
     b = buf.sample(600, np.random.default_rng(0))
