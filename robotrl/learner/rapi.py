@@ -42,6 +42,7 @@ from robotrl.learner.replay import (
     REWARD_KEY,
 )
 from robotrl.learner.torch_utils import autocast, to_torch
+from robotrl.policy.average import WeightAverage
 
 NextBatch = Callable[[], Mapping[str, Any]]
 
@@ -78,9 +79,9 @@ class PolicyTrainer:
         policy.to(device)
         self.policy_params = [p for p in policy.parameters() if p.requires_grad]
         self.policy_opt = torch.optim.Adam(self.policy_params, lr=cfg.policy_lr or cfg.lr)
-        self.policy_average: list[torch.Tensor] | None = None
-        if cfg.policy_ema > 0:
-            self.policy_average = [p.detach().clone() for p in self.policy_params]
+        self.policy_average = (
+            WeightAverage(self.policy_params, cfg.policy_ema) if cfg.policy_ema > 0 else None
+        )
         self.actor_updates = 0
 
     def _batch(self, next_batch: NextBatch) -> dict[str, Any]:
@@ -104,9 +105,7 @@ class PolicyTrainer:
         nn.utils.clip_grad_norm_(self.policy_params, self.cfg.grad_clip)
         self.policy_opt.step()
         if self.policy_average is not None:
-            with torch.no_grad():
-                for avg, p in zip(self.policy_average, self.policy_params, strict=True):
-                    avg.lerp_(p, 1.0 - self.cfg.policy_ema)
+            self.policy_average.update()
         self.actor_updates += 1
         return float(per_sample.mean().detach())
 
@@ -115,15 +114,8 @@ class PolicyTrainer:
         if self.policy_average is None:
             weights: Mapping[str, npt.NDArray[np.generic]] = self.policy.trainable_tensors()
             return weights
-        with torch.no_grad():
-            current = [p.detach().clone() for p in self.policy_params]
-            for p, avg in zip(self.policy_params, self.policy_average, strict=True):
-                p.copy_(avg)
-            try:
-                averaged: Mapping[str, npt.NDArray[np.generic]] = self.policy.trainable_tensors()
-            finally:
-                for p, cur in zip(self.policy_params, current, strict=True):
-                    p.copy_(cur)
+        with self.policy_average.swapped_in():
+            averaged: Mapping[str, npt.NDArray[np.generic]] = self.policy.trainable_tensors()
         return averaged
 
     def policy_state(self) -> dict[str, Any]:
@@ -131,7 +123,7 @@ class PolicyTrainer:
         return {
             "policy": self.policy.state_dict(),
             "policy_opt": self.policy_opt.state_dict(),
-            "policy_average": self.policy_average,
+            "policy_average": None if self.policy_average is None else self.policy_average.values,
         }
 
     def load_policy_state(self, state: Mapping[str, Any]) -> None:
@@ -140,10 +132,7 @@ class PolicyTrainer:
         saved = state.get("policy_average")
         if self.policy_average is not None:
             # A checkpoint from before the average was turned on starts it at its weights.
-            source = saved if saved is not None else [p.detach() for p in self.policy_params]
-            with torch.no_grad():
-                for avg, value in zip(self.policy_average, source, strict=True):
-                    avg.copy_(value)
+            self.policy_average.load(saved if saved is not None else self.policy_params)
 
 
 class RAPI(PolicyTrainer):

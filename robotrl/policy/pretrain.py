@@ -26,8 +26,7 @@ import json
 import math
 import shutil
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from robotrl.config.schema import PolicyKind, PretrainConfig, RobotRLConfig
+from robotrl.policy.average import WeightAverage
 from robotrl.policy.checkpoint import CheckpointError
 from robotrl.policy.data import ChunkSampler, DatasetError, Demos, load_demos, split_episodes
 from robotrl.policy.factory import resolve_device
@@ -94,9 +94,7 @@ class Pretrainer:
         self.optimizer = torch.optim.AdamW(
             self.policy.parameters(), lr=self.pt.lr, weight_decay=self.pt.weight_decay
         )
-        self.average: list[torch.Tensor] | None = None
-        if self.pt.ema > 0:
-            self.average = [p.detach().clone() for p in self.policy.parameters()]
+        self.average = WeightAverage(self.policy.parameters(), self.pt.ema) if self.pt.ema > 0 else None
         self.step = 0
         self.best_val = math.inf
         self.val_set = self._fixed_val_set()
@@ -109,24 +107,10 @@ class Pretrainer:
         rng = np.random.default_rng([self.cfg.seed, 1_000_003])
         return [self.val.batch(rng, self.pt.batch_size, self.device) for _ in range(self.pt.val_batches)]
 
-    @contextmanager
-    def averaged(self) -> Iterator[None]:
+    def averaged(self) -> AbstractContextManager[None]:
         """The weight average in the policy for the block (validation, saving); the training
         iterate is put back after it. Without ``pretrain.ema`` the policy as it is."""
-        if self.average is None:
-            yield
-            return
-        params = list(self.policy.parameters())
-        iterate = [p.detach().clone() for p in params]
-        with torch.no_grad():
-            for p, avg in zip(params, self.average, strict=True):
-                p.copy_(avg)
-        try:
-            yield
-        finally:
-            with torch.no_grad():
-                for p, it in zip(params, iterate, strict=True):
-                    p.copy_(it)
+        return nullcontext() if self.average is None else self.average.swapped_in()
 
     def validation_loss(self) -> float:
         self.policy.eval()
@@ -148,9 +132,7 @@ class Pretrainer:
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0)
         self.optimizer.step()
         if self.average is not None:
-            with torch.no_grad():
-                for avg, p in zip(self.average, self.policy.parameters(), strict=True):
-                    avg.lerp_(p, 1.0 - self.pt.ema)
+            self.average.update()
         self.step += 1
         return float(loss.item())
 
@@ -187,9 +169,7 @@ class Pretrainer:
         self.policy.load_state_dict(saved.state_dict())
         self.policy.set_normalization(saved.normalization())
         if self.average is not None:  # policy/ holds the average; training goes on from the iterate
-            with torch.no_grad():
-                for avg, p in zip(self.average, self.policy.parameters(), strict=True):
-                    avg.copy_(p)
+            self.average.load(list(self.policy.parameters()))
             iterate = state_dir / ITERATE_FILE
             if iterate.is_file():  # else a run without an average: it starts from its weights
                 self.policy.load_state_dict(torch.load(iterate, map_location=self.device, weights_only=True))
