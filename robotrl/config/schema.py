@@ -214,6 +214,9 @@ class LearnerConfig:
     """td: A = min Q - V. mc: A = the sample's discounted return to its episode's end - V (the
     td estimate while its episode is still running). With a sparse success reward and a
     near-deterministic policy, Q - V has little to tell apart; the outcome has."""
+    intervention_penalty: float = 0.0
+    """Reward subtracted from the policy's last tick before a person takes over (RLIF): the
+    takeover itself says the policy was going wrong. 0: interventions only add expert data."""
     critic_updates_per_group: int = 20
     """Critic updates in one update group."""
     actor_updates_per_group: int = 5
@@ -642,6 +645,8 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     out += _unit_interval("learner.expectile", lrn.expectile, open_ends=True)
     out += _positive("learner.beta", lrn.beta)
     out += _positive("learner.adv_clip", lrn.adv_clip)
+    if lrn.intervention_penalty < 0:
+        out.append(("learner.intervention_penalty", f"must be >= 0, got {lrn.intervention_penalty}"))
     out += _positive("learner.critic_updates_per_group", lrn.critic_updates_per_group)
     if lrn.actor_updates_per_group < 0:
         out.append(("learner.actor_updates_per_group", f"must be >= 0, got {lrn.actor_updates_per_group}"))

@@ -31,6 +31,10 @@ sample is built from rows, never stored twice:
   ``next_observation`` (stored as an extra row that never starts a sample); a
   truncated episode without one ends its chunks one tick early and bootstraps from
   the last observation instead. ``discount`` is ``gamma ** m`` for ``m`` real actions.
+- **A takeover costs the policy (RLIF).** With ``intervention_penalty`` p > 0, the last tick
+  the policy drove before a person took over earns ``reward - p``: the windows that led
+  to the takeover (and their returns to go) say it was going wrong, so an advantage-weighted
+  actor stops imitating them, where BC imitates them as much as anything else.
 - **Returns to go once an episode ends.** When an episode ends, each of its rows
   learns its discounted reward sum to the episode's end (``return_to_go``; a timeout
   counts what was earned, with no bootstrap). Until then, and for an episode cut by a
@@ -127,12 +131,18 @@ class ReplaySpec:
     gamma: float = 0.99
     max_delay: int = 0
     """Rows without a measured delay draw ``prefix_len`` from ``[0, max_delay]``."""
+    intervention_penalty: float = 0.0
+    """Subtracted from the reward of the policy's last tick before a person takes over (RLIF)."""
 
     def __post_init__(self) -> None:
         if self.state_dim <= 0 or self.action_dim <= 0 or self.horizon <= 0:
             raise ValueError(f"ReplaySpec: dims and horizon must be > 0, got {self}")
         if not 0 <= self.max_delay < self.horizon:
             raise ValueError(f"ReplaySpec: max_delay must be in [0, horizon), got {self.max_delay}")
+        if self.intervention_penalty < 0:
+            raise ValueError(
+                f"ReplaySpec: the intervention penalty must be >= 0, got {self.intervention_penalty}"
+            )
 
 
 @dataclass
@@ -342,6 +352,7 @@ class ChunkReplay:
         episodes, ticks = b.episode_id.tolist(), b.tick.tolist()
         terminated, truncated = b.terminated.tolist(), b.truncated.tolist()
         chunk_ids, in_chunk, delays = b.chunk_id.tolist(), b.index_in_chunk.tolist(), b.delay_ticks.tolist()
+        intervened = b.intervention.tolist()
         for i, (pos, serial) in enumerate(zip(rows.tolist(), serials.tolist(), strict=True)):
             cur = self._open.get(stream)
             if cur is None or cur.episode_id != episodes[i] or ticks[i] != cur.last_tick + 1:
@@ -349,6 +360,8 @@ class ChunkReplay:
                     self.dropped_starts += len(cur.pending)
                 cur = self._open[stream] = _Cursor(episodes[i], ticks[i], deque())
             cur.last_tick = ticks[i]
+            if intervened[i]:
+                self._penalize_takeover(cur)  # before any window ending at the previous row is readied
             pending = cur.pending
             if pending and self._serial[pending[0][0]] != pending[0][1]:
                 # The ring overwrote this episode's older rows: its open starts are gone.
@@ -379,6 +392,14 @@ class ChunkReplay:
                     self._ready_start(start, chunk[k:-1], chunk[-1], done=False)
             self._set_returns_to_go(cur.rows)
             del self._open[stream]
+
+    def _penalize_takeover(self, cur: _Cursor) -> None:
+        """A person took over at this row: the policy's last row before it pays the penalty."""
+        if not self.spec.intervention_penalty or not cur.rows:
+            return
+        prev, serial = cur.rows[-1]
+        if self._serial[prev] == serial and not self._intervention[prev]:
+            self._reward[prev] -= self.spec.intervention_penalty
 
     def _set_returns_to_go(self, rows: Sequence[tuple[int, int]]) -> None:
         """An ended episode's discounted reward sums, from its last row back (to the oldest not

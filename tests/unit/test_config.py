@@ -63,6 +63,7 @@ def test_overrides_reach_the_typed_config():
         (["experiment.algorithms=[rapi,dagger]"], "experiment.algorithms"),
         (["experiment.algorithms=[rapi,bc,rapi]"], "experiment.algorithms"),
         (["env.expert_takeover_ticks=-1"], "env.expert_takeover_ticks"),
+        (["learner.intervention_penalty=-1"], "learner.intervention_penalty"),
         (
             ["env=so101_pick_place", "env.privileged_state=false", "env.expert_takeover_ticks=90"],
             "env.expert",

@@ -326,3 +326,33 @@ def test_a_window_that_starts_on_a_tick_a_person_drove_teaches_the_rows_they_dro
         b[POLICY_MASK_KEY][driven], b[ACTION_MASK_KEY][driven] & (window_ticks[driven] <= 10)
     )
     assert set(b[PREFIX_LEN_KEY][driven].tolist()) == {0, 1, 2}  # drawn from [0, max_delay]
+
+
+def test_the_policy_s_last_tick_before_a_takeover_pays_the_intervention_penalty():
+    """A person takes over at ticks 5 and 12 (the first in a later batch than the tick before it)
+    and at tick 0 of another episode: ticks 4 and 11 earn reward - p in every window and return
+    to go that holds them; a takeover with no policy tick before it costs nothing."""
+    rewards = np.zeros(20)
+    rewards[-1] = 1.0
+    driven = [5 <= t.tick <= 7 or 12 <= t.tick <= 13 for t in chunked_episode(20, period=3)]
+    rows = [
+        dataclasses.replace(t, intervention=d, reward=float(r))
+        for t, d, r in zip(chunked_episode(20, period=3), driven, rewards, strict=True)
+    ]
+    buf = make(intervention_penalty=0.5)
+    buf.add(TransitionBatch.from_transitions(rows[:5]))
+    buf.add(TransitionBatch.from_transitions(rows[5:]))
+    expected = rewards.copy()
+    expected[[4, 11]] -= 0.5
+    b = buf.sample(600, np.random.default_rng(0))
+    for i in range(600):
+        _, tick, m = check_sample(b, i)
+        window = sum(0.9**k * expected[tick + k] for k in range(m))
+        assert b[REWARD_KEY][i] == pytest.approx(window, abs=1e-6)
+        to_go = sum(0.9**k * r for k, r in enumerate(expected[tick:]))
+        assert b[RETURN_TO_GO_KEY][i] == pytest.approx(to_go, abs=1e-6)
+
+    other = make(intervention_penalty=0.5)
+    first_driven = [dataclasses.replace(t, intervention=t.tick < 3) for t in chunked_episode(6, period=3)]
+    other.add(TransitionBatch.from_transitions(first_driven))
+    assert (other.sample(200, np.random.default_rng(1))[REWARD_KEY] == 0.0).all()
