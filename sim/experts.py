@@ -276,9 +276,11 @@ class PickPlaceExpert(_Expert):
         """Added to the cube's position until the first grasp (m): a deliberate miss. Kept across
         episodes; whoever sets it chooses it per episode."""
 
-    def reset(self) -> None:
+    def reset(self, phase: str = "approach") -> None:
+        """Forget the episode: the next ``act`` starts from the arm's pose with the jaws open, at
+        ``phase`` (``descend``: straight down onto the cube, correcting a grasp taken too high)."""
         super().reset()
-        self.phase = 0
+        self.phase = self.PHASES.index(phase)
         self.phase_ticks = 0
         self.regrasps = 0
 
@@ -294,8 +296,9 @@ class PickPlaceExpert(_Expert):
                 "the pick-and-place expert needs the cube pose in the state: build the env with "
                 "privileged_state=True"
             )
-        if self.q_cmd is None or _tick_of(obs, 1) == 0:
+        if _tick_of(obs, 1) == 0:
             self.reset()
+        if self.q_cmd is None:
             self._start(so101.units_to_rad(state[:6]))
             self.q_cmd[5] = self.open_rad  # type: ignore[index]
             self._roll_to(state[15:22])

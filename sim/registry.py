@@ -50,8 +50,14 @@ def make_env(cfg: EnvConfig, seed_offset: int = 0) -> RobotEnv:
         dense_reward=cfg.dense_reward,
     )
     sim: RobotEnv = SimRobotEnv(env, name=cfg.id, seed_offset=seed_offset)
-    if cfg.expert_takeover_ticks or cfg.expert_takeover_on_miss:
+    if cfg.expert_takeover_ticks or cfg.expert_takeover_on_miss or cfg.expert_takeover_before_miss:
         from robotrl.sim.intervention import ExpertTakeover
 
-        return ExpertTakeover(sim, cfg.id, cfg.expert_takeover_ticks, cfg.expert_takeover_on_miss)
+        return ExpertTakeover(
+            sim,
+            cfg.id,
+            cfg.expert_takeover_ticks,
+            on_miss=cfg.expert_takeover_on_miss,
+            before_miss=cfg.expert_takeover_before_miss,
+        )
     return sim

@@ -101,6 +101,10 @@ class EnvConfig:
     cube is on the table, the scripted expert takes over, grasps it again and hands back once it
     has lifted it (once per episode), as a person correcting a missed grasp would; recorded as
     interventions. Evaluations in `robotrl experiment` always run without it."""
+    expert_takeover_before_miss: bool = False
+    """Sim, pick-and-place only: as ``expert_takeover_on_miss``, but the moment the policy's jaws
+    start to close off the cube (more than 1 cm above its centre or 2 cm to one side), before
+    the miss: the expert descends onto the cube, grasps it and hands back once it has lifted it."""
 
 
 @dataclass
@@ -868,13 +872,20 @@ def _takeover_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     e = cfg.env
     if e.expert_takeover_ticks < 0:
         return [("env.expert_takeover_ticks", f"must be >= 0 (0: never), got {e.expert_takeover_ticks}")]
-    if not (e.expert_takeover_ticks or e.expert_takeover_on_miss):
+    grasps = e.expert_takeover_on_miss or e.expert_takeover_before_miss
+    if not (e.expert_takeover_ticks or grasps):
         return []
-    field_name = "env.expert_takeover_on_miss" if e.expert_takeover_on_miss else "env.expert_takeover_ticks"
+    field_name = (
+        "env.expert_takeover_on_miss"
+        if e.expert_takeover_on_miss
+        else "env.expert_takeover_before_miss"
+        if e.expert_takeover_before_miss
+        else "env.expert_takeover_ticks"
+    )
     if cfg.hardware.robot_type is not None:
         return [(field_name, "a scripted takeover exists only in the sim (on a real arm, a person)")]
     pick_place = e.id.endswith("PickPlace-v0")
-    if e.expert_takeover_on_miss and not pick_place:
+    if grasps and not pick_place:
         return [(field_name, f"a missed grasp exists only in pick-and-place, not {e.id}")]
     if pick_place and not e.privileged_state:
         return [(field_name, "the pick-and-place expert needs the cube pose: set env.privileged_state=true")]

@@ -79,7 +79,12 @@ class Demo:
         """:meth:`_variant` for every step but fine-tuning: no scripted takeover
         (``env.expert_takeover_*``), so evaluations measure the policy alone and turning
         takeovers on or off reuses the demonstrations, pretraining and evaluations."""
-        return self._variant(env__expert_takeover_ticks=0, env__expert_takeover_on_miss=False, **changes)
+        return self._variant(
+            env__expert_takeover_ticks=0,
+            env__expert_takeover_on_miss=False,
+            env__expert_takeover_before_miss=False,
+            **changes,
+        )
 
     def _sockets(self, name: str) -> Path:
         """A short, stable folder for ipc sockets (ipc paths are limited to ~100 bytes)."""

@@ -43,11 +43,19 @@ def test_the_continued_imitation_baseline_clones_the_demonstrations_alone(tmp_pa
 
 
 def test_a_scripted_takeover_helps_only_while_fine_tuning(tmp_path: Path, monkeypatch):
-    takeovers = ["env.expert_takeover_ticks=120", "env.expert_takeover_on_miss=true"]
+    takeovers = [
+        "env.expert_takeover_ticks=120",
+        "env.expert_takeover_on_miss=true",
+        "env.expert_takeover_before_miss=true",
+    ]
     cfg = load_config(["experiment=demo", f"experiment.output_dir={tmp_path}", *takeovers])
     demo = Demo(cfg, Console(file=open("/dev/null", "w")))  # noqa: SIM115
     env = demo.finetune_config("rapi").env
-    assert (env.expert_takeover_ticks, env.expert_takeover_on_miss) == (120, True)
+    assert (env.expert_takeover_ticks, env.expert_takeover_on_miss, env.expert_takeover_before_miss) == (
+        120,
+        True,
+        True,
+    )
     ran: list[list[str]] = []
     monkeypatch.setattr(demo.steps, "run", lambda title, out, argv, inputs=(): ran.append(list(argv)))
     demo.record()
@@ -57,6 +65,7 @@ def test_a_scripted_takeover_helps_only_while_fine_tuning(tmp_path: Path, monkey
     assert len(ran) == 3
     for argv in ran:
         assert "env.expert_takeover_ticks=0" in argv and "env.expert_takeover_on_miss=false" in argv
+        assert "env.expert_takeover_before_miss=false" in argv
 
 
 def test_hydra_values_keep_their_types():

@@ -292,3 +292,52 @@ def test_a_missed_grasp_is_corrected_by_the_expert_who_hands_back_once_the_cube_
     assert cube_z[handed_back - 1] > CUBE_LIFTED  # ... with the cube lifted
     assert not any(flags[handed_back:])  # once per episode: what the policy does next is its own
     env.close()
+
+
+def _grasp_under_a_takeover_before_a_miss(high_by: float, aside_by: float) -> tuple[list, list]:
+    """The scripted expert plays the policy, closing its first grasp ``high_by`` m above the cube's
+    centre and ``aside_by`` m to one side: (intervention flags, cube heights) per tick."""
+    from robotrl.sim import make_env
+    from robotrl.sim.experts import PickPlaceExpert
+    from robotrl.sim.scene import CUBE_HALF
+
+    class Policy(PickPlaceExpert):
+        def _move_towards(self, goal: np.ndarray) -> float:
+            floor = CUBE_HALF + (high_by if self.regrasps == 0 else 0.0)
+            return super()._move_towards(np.array([goal[0], goal[1], max(goal[2], floor)]))
+
+    cfg = EnvConfig(
+        id="robotrl/SO101PickPlace-v0", cameras=[], privileged_state=True, expert_takeover_before_miss=True
+    )
+    env = make_env(cfg)
+    policy = Policy(noise=0.0, seed=0)
+    policy.aim_offset = np.array([aside_by, 0.0, 0.0])
+    obs = env.reset(seed=3)
+    flags, cube_z = [], []
+    for _ in range(300):
+        step = env.step(policy.act(obs))
+        obs = step.observation
+        flags.append(bool(step.info.get("intervention", False)))
+        cube_z.append(float(obs.state[17]))
+        if step.terminated or step.truncated:
+            break
+    env.close()
+    return flags, cube_z
+
+
+@pytest.mark.parametrize(("high_by", "aside_by"), [(0.02, 0.0), (0.0, 0.03)])
+def test_a_grasp_closing_off_the_cube_is_corrected_before_it_misses(high_by, aside_by):
+    """Too high, the expert descends straight onto the cube; to one side, it comes from above."""
+    from robotrl.sim.envs import CUBE_LIFTED
+
+    flags, cube_z = _grasp_under_a_takeover_before_a_miss(high_by, aside_by)
+    took_over = flags.index(True)
+    handed_back = flags.index(False, took_over)
+    assert max(cube_z[:took_over]) < CUBE_LIFTED  # before the (missed) lift
+    assert handed_back > took_over + 5 and cube_z[handed_back - 1] > CUBE_LIFTED  # lifted, handed back
+    assert not any(flags[handed_back:])  # once per episode
+
+
+def test_a_grasp_closing_on_the_cube_is_left_alone():
+    flags, _ = _grasp_under_a_takeover_before_a_miss(0.0, 0.0)
+    assert not any(flags)
