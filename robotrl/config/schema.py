@@ -214,6 +214,10 @@ class LearnerConfig:
     """Advantage temperature: w = exp(clip(A / beta, -adv_clip, adv_clip))."""
     adv_clip: float = 3.0
     """Clip of A / beta before the exponential."""
+    weight_ess: float = 0.0
+    """If > 0, choose beta per batch so the advantage weights' effective share of the batch's
+    actor samples (Kish's ESS / n: 1 is BC) is this, instead of the fixed ``beta``. A fixed beta's
+    share follows the advantages' scale (a takeover penalty drove it from 0.7 to 0.13)."""
     advantage: AdvantageKind = AdvantageKind.td
     """td: A = min Q - V. mc: A = the sample's discounted return to its episode's end - V (the
     td estimate while its episode is still running). With a sparse success reward and a
@@ -649,6 +653,8 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     out += _unit_interval("learner.expectile", lrn.expectile, open_ends=True)
     out += _positive("learner.beta", lrn.beta)
     out += _positive("learner.adv_clip", lrn.adv_clip)
+    if not 0 <= lrn.weight_ess < 1:
+        out.append(("learner.weight_ess", f"must be in [0, 1) (0: the fixed beta), got {lrn.weight_ess}"))
     if lrn.intervention_penalty < 0:
         out.append(("learner.intervention_penalty", f"must be >= 0, got {lrn.intervention_penalty}"))
     out += _positive("learner.critic_updates_per_group", lrn.critic_updates_per_group)

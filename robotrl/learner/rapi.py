@@ -10,8 +10,11 @@ After the asynchronous replay-anchored post-training of RAPolicy (see REFERENCE.
 - Actor: the policy's own per-sample supervised loss, weighted per sample by
   ``w = exp(clip(A / beta, -c, c))`` with ``A = min Q(s, a) - V(s)`` from the target critic
   (a weighted mean over the batch). With ``learner.advantage=mc``, ``A = G - V(s)`` where
-  the sample's return to go ``G`` is known (its episode ended). The policy is given the
-  committed prefix; its loss covers only the continuation.
+  the sample's return to go ``G`` is known (its episode ended). With ``learner.weight_ess``
+  set, beta is chosen per batch so the weights' effective share of the batch is that number
+  (a fixed budget for how far the weights move from imitation, as MPO's KL bound on its
+  sample weights): a fixed beta's share drifts with the advantages' scale (0.13-0.7 in the
+  demo). The policy is given the committed prefix; its loss covers only the continuation.
 - Schedule: an update group is ``critic_updates_per_group`` critic updates, then
   ``actor_updates_per_group`` actor updates once the critic has had
   ``critic_warmup_updates``; the loop publishes weights after a group that
@@ -62,6 +65,23 @@ def effective_share(weights: torch.Tensor) -> float:
         return 0.0
     w = weights.float()
     return float(w.sum().square() / w.square().sum().clamp_min(1e-30) / n)
+
+
+def temperature_for_share(adv: torch.Tensor, share: float, clip: float, iters: int = 40) -> float:
+    """The beta whose weights ``exp(clip(adv / beta, -clip, clip))`` have effective share ``share``
+    (bisection in log beta: the share rises with beta, to 1 as the weights flatten). Where even
+    beta 1e-6 leaves the share above ``share`` (the clip's floor: every weight is e^c or e^-c), that
+    beta: the weights are as selective as the clip lets them be."""
+    lo, hi = -6.0, 3.0  # log10 beta
+    if adv.numel() < 2 or effective_share(torch.exp(torch.clamp(adv / 10**lo, -clip, clip))) >= share:
+        return 10**lo if adv.numel() >= 2 else 10**hi
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        if effective_share(torch.exp(torch.clamp(adv / 10**mid, -clip, clip))) < share:
+            lo = mid
+        else:
+            hi = mid
+    return float(10**hi)
 
 
 def polyak(target: nn.Module, source: nn.Module, tau: float) -> None:
@@ -157,6 +177,8 @@ class RAPI(PolicyTrainer):
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr)
         self.critic_updates = 0
+        self.last_beta = cfg.beta
+        """The advantage temperature of the latest actor update (chosen per batch with weight_ess)."""
 
     def _target_values(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """(min target Q of (s, a), target V of s'), from one target encoder pass over s and s'."""
@@ -201,18 +223,29 @@ class RAPI(PolicyTrainer):
         if self.cfg.advantage is AdvantageKind.mc and RETURN_TO_GO_KEY in batch:
             to_go = batch[RETURN_TO_GO_KEY].to(adv.device, torch.float32)
             adv = torch.where(torch.isnan(to_go), adv, to_go - v.float())
-        c = self.cfg.adv_clip
-        return torch.exp(torch.clamp(adv / self.cfg.beta, -c, c)), adv
+        c, beta = self.cfg.adv_clip, self.cfg.beta
+        if self.cfg.weight_ess:
+            beta = temperature_for_share(adv[self._taught(batch, adv)], self.cfg.weight_ess, c)
+        self.last_beta = beta
+        return torch.exp(torch.clamp(adv / beta, -c, c)), adv
+
+    @staticmethod
+    def _taught(batch: Mapping[str, Any], like: torch.Tensor) -> torch.Tensor:
+        """bool (B,): the samples the actor learns from (see replay.ACTOR_SAMPLE_KEY)."""
+        if ACTOR_SAMPLE_KEY not in batch:
+            return torch.ones_like(like, dtype=torch.bool)
+        taught: torch.Tensor = batch[ACTOR_SAMPLE_KEY].to(like.device).bool()
+        return taught
 
     def actor_step(self, batch: Mapping[str, Any]) -> dict[str, float]:
         w, adv = self.advantage_weights(batch)
         loss = self._policy_step(batch, w)
-        taught = w if ACTOR_SAMPLE_KEY not in batch else w[batch[ACTOR_SAMPLE_KEY].to(w.device).bool()]
         return {
             "policy_loss": loss,
             "adv": float(adv.mean()),
             "weight": float(w.mean()),
-            "weight_ess": effective_share(taught),
+            "weight_ess": effective_share(w[self._taught(batch, w)]),
+            "beta": self.last_beta,
         }
 
     def update_group(self, next_batch: NextBatch) -> Mapping[str, float]:

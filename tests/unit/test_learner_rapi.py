@@ -12,7 +12,7 @@ from learner_doubles import MLPChunkPolicy, episode_batch
 from robotrl.config.schema import AdvantageKind, LearnerConfig
 from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, PREFIX_LEN_KEY, STATE_KEY
 from robotrl.learner.bc import BehaviourCloning
-from robotrl.learner.rapi import RAPI, effective_share, expectile_loss
+from robotrl.learner.rapi import RAPI, effective_share, expectile_loss, temperature_for_share
 from robotrl.learner.replay import (
     ACTOR_SAMPLE_KEY,
     NEXT_PREFIX,
@@ -61,6 +61,16 @@ def test_effective_share_is_one_for_uniform_weights_and_one_over_n_for_a_single_
     assert effective_share(torch.tensor([5.0, 0.0, 0.0, 0.0])) == pytest.approx(0.25)
     assert effective_share(torch.tensor([1.0, 1.0, 0.0, 0.0])) == pytest.approx(0.5)
     assert effective_share(torch.zeros(0)) == 0.0
+
+
+def test_temperature_for_share_gives_weights_of_that_effective_share():
+    adv = torch.linspace(-1.0, 1.0, 64) ** 3
+    for share in (0.6, 0.75, 0.9):
+        beta = temperature_for_share(adv, share, clip=3.0)
+        assert effective_share(torch.exp(torch.clamp(adv / beta, -3, 3))) == pytest.approx(share, abs=1e-3)
+    # Clipped at the smallest beta the share is still about 0.5 (half e^3, half e^-3): the clip is
+    # the floor, and the smallest beta the answer.
+    assert temperature_for_share(adv, 0.2, clip=3.0) < 1e-5
 
 
 def chain_replay(length: int, horizon: int, gamma: float) -> ChunkReplay:
@@ -140,6 +150,21 @@ def test_advantage_weighting_picks_the_better_mode_while_bc_stays_at_the_mixture
     # Choosing the good half costs about half of each batch: the logged effective share says so.
     assert 0.3 < logs["rapi"]["weight_ess"] < 0.8, logs["rapi"]
     assert "weight_ess" not in logs["bc"]
+
+
+def test_a_target_weight_share_chooses_beta_per_batch_and_still_picks_the_better_mode():
+    horizon = 4
+    buf = two_mode_replay(horizon)
+    torch.manual_seed(1)
+    rng = np.random.default_rng(1)
+    policy = MLPChunkPolicy(2, horizon, 1)
+    cfg = quick_cfg(critic_warmup_updates=200, critic_updates_per_group=20, lr=2e-3, weight_ess=0.75)
+    algo = RAPI(policy, cfg, CPU, 2, {})
+    for _ in range(30):
+        logs = algo.update_group(lambda: buf.sample(64, rng))
+    assert mean_first_action(policy, horizon) > 0.3
+    assert logs["weight_ess"] == pytest.approx(0.75, abs=0.01)
+    assert logs["beta"] != cfg.beta
 
 
 def test_no_actor_update_before_the_critic_warm_up():
