@@ -72,15 +72,18 @@ def temperature_for_share(adv: torch.Tensor, share: float, clip: float, iters: i
     (bisection in log beta: the share rises with beta, to 1 as the weights flatten). Where even
     beta 1e-6 leaves the share above ``share`` (the clip's floor: every weight is e^c or e^-c), that
     beta: the weights are as selective as the clip lets them be."""
+
+    def share_at(log_beta: float) -> float:
+        return effective_share(torch.exp(torch.clamp(adv / 10**log_beta, -clip, clip)))
+
     lo, hi = -6.0, 3.0  # log10 beta
-    if adv.numel() < 2 or effective_share(torch.exp(torch.clamp(adv / 10**lo, -clip, clip))) >= share:
-        return 10**lo if adv.numel() >= 2 else 10**hi
+    if adv.numel() < 2:
+        return float(10**hi)  # nothing to choose between
+    if share_at(lo) >= share:
+        return float(10**lo)
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
-        if effective_share(torch.exp(torch.clamp(adv / 10**mid, -clip, clip))) < share:
-            lo = mid
-        else:
-            hi = mid
+        lo, hi = (mid, hi) if share_at(mid) < share else (lo, mid)
     return float(10**hi)
 
 
