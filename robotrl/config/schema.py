@@ -881,13 +881,12 @@ def _takeover_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     grasps = e.expert_takeover_on_miss or e.expert_takeover_before_miss
     if not (e.expert_takeover_ticks or grasps):
         return []
-    field_name = (
-        "env.expert_takeover_on_miss"
-        if e.expert_takeover_on_miss
-        else "env.expert_takeover_before_miss"
-        if e.expert_takeover_before_miss
-        else "env.expert_takeover_ticks"
+    switched_on = (
+        ("on_miss", e.expert_takeover_on_miss),
+        ("before_miss", e.expert_takeover_before_miss),
+        ("ticks", bool(e.expert_takeover_ticks)),
     )
+    field_name = next(f"env.expert_takeover_{name}" for name, on in switched_on if on)
     if cfg.hardware.robot_type is not None:
         return [(field_name, "a scripted takeover exists only in the sim (on a real arm, a person)")]
     pick_place = e.id.endswith("PickPlace-v0")
