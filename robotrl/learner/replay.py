@@ -57,6 +57,7 @@ import json
 import shutil
 import tempfile
 import threading
+import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -206,9 +207,12 @@ class ChunkReplay:
         self._start_delay = np.zeros(n, np.int64)  # ... with this delay
         self._start_chunk = np.full(n, -1, np.int64)  # ... and this chunk id
 
-        self._owned_dir = storage_dir is None
         self._dir = Path(tempfile.mkdtemp(prefix=f"robotrl-{name}-") if storage_dir is None else storage_dir)
         self._dir.mkdir(parents=True, exist_ok=True)
+        # A folder this buffer made goes with it, closed or not (a dropped buffer must not fill /tmp).
+        self._remove_dir = (
+            weakref.finalize(self, shutil.rmtree, self._dir, True) if storage_dir is None else None
+        )
         self._images: dict[str, np.memmap[Any, np.dtype[np.uint8]]] = {
             cam: np.memmap(self._dir / f"{name}-{cam}.u8", np.uint8, "w+", shape=(n, *shape))
             for cam, shape in spec.cameras.items()
@@ -615,8 +619,8 @@ class ChunkReplay:
         for mem in self._images.values():
             mem._mmap.close()  # type: ignore[attr-defined]
         self._images.clear()
-        if self._owned_dir:
-            shutil.rmtree(self._dir, ignore_errors=True)
+        if self._remove_dir is not None:
+            self._remove_dir()
 
 
 def _pairs(items: Sequence[Sequence[int]]) -> list[tuple[int, int]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import threading
 
 import numpy as np
@@ -228,6 +229,28 @@ def test_concurrent_ingest_and_sampling_never_return_a_torn_sample():
     assert not errors, errors[0]
     assert checked[0] > 0
     buf.close()
+
+
+def test_a_buffer_s_own_folder_goes_with_it_closed_or_dropped(tmp_path):
+    """Image files live in a temporary folder; neither close() nor garbage collection may leave it behind."""
+    closed = make(cameras=CAMS)
+    closed_dir = closed._dir
+    closed.add(episode_batch("a", 0, range(3), end="terminated", cameras=CAMS))
+    assert any(closed_dir.iterdir())
+    closed.close()
+    assert not closed_dir.exists()
+
+    dropped = make(cameras=CAMS)
+    dropped_dir = dropped._dir
+    del dropped
+    gc.collect()
+    assert not dropped_dir.exists()
+
+    given = ChunkReplay(
+        ReplaySpec(state_dim=2, action_dim=3, horizon=H, cameras=CAMS), 64, storage_dir=tmp_path / "mine"
+    )
+    given.close()
+    assert (tmp_path / "mine").exists(), "a folder the caller gave is the caller's"
 
 
 def test_saved_buffer_restores_rows_samples_and_the_open_episode(tmp_path):
