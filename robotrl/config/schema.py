@@ -436,6 +436,10 @@ class ExperimentConfig:
     keeps the fastest successes too); bc_demos, continued imitation of the demonstrations alone."""
     rerun_episodes: int = 2
     """Episodes of the fine-tuned policy recorded to demo.rrd (0: none)."""
+    eval_noise_scale: float | None = None
+    """Inference temperature of the fixed-seed evaluations and the rerun view (flow policy):
+    0 scores each policy's deterministic chunk, as RL scores the mean action, while fine-tuning
+    still explores at policy.noise_scale. None: policy.noise_scale everywhere."""
     checkpoint: str | None = None
     """latency_sweep: the policy checkpoint to sweep (default: the demo's pretrained policy)."""
     latencies: list[str] = field(
@@ -726,6 +730,19 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     out += _pretrain_problems(cfg.pretrain)
     out += _launch_problems(cfg.launch)
     out += _experiment_problems(cfg.experiment)
+    eval_noise = cfg.experiment.eval_noise_scale
+    if eval_noise is not None:
+        if not 0 <= eval_noise <= 2:
+            out.append(
+                (
+                    "experiment.eval_noise_scale",
+                    f"must be in [0, 2] (0: deterministic chunks) or null, got {eval_noise}",
+                )
+            )
+        elif cfg.policy.kind is not PolicyKind.flow:
+            out.append(
+                ("experiment.eval_noise_scale", "applies to the built-in flow policy (policy.kind=flow) only")
+            )
     out += _replay_problems(cfg.replay)
     out += _hardware_problems(cfg.hardware)
     out += _positive("profile.samples", cfg.profile.samples)

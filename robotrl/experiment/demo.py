@@ -86,6 +86,12 @@ class Demo:
             **changes,
         )
 
+    def _evaluation(self, **changes: Any) -> RobotRLConfig:
+        """:meth:`_offline` at the evaluations' inference temperature (``experiment.eval_noise_scale``)."""
+        if self.ex.eval_noise_scale is not None:
+            changes["policy__noise_scale"] = self.ex.eval_noise_scale
+        return self._offline(**changes)
+
     def _sockets(self, name: str) -> Path:
         """A short, stable folder for ipc sockets (ipc paths are limited to ~100 bytes)."""
         digest = hashlib.sha1(str((self.out / name).resolve()).encode()).hexdigest()[:10]
@@ -123,7 +129,7 @@ class Demo:
 
     def evaluate(self, name: str, policy: Path, label: str, made_by: Path) -> dict[str, Any]:
         """Evaluate ``policy``, which the step with output folder ``made_by`` wrote."""
-        cfg = self._offline(
+        cfg = self._evaluation(
             policy__path=str(policy),
             actor__episodes=self.ex.eval_episodes,
             actor__seed=self.ex.eval_seed,
@@ -198,7 +204,7 @@ class Demo:
         from robotrl.actor.run import run_episodes
         from robotrl.viz.rerun import RerunObserver
 
-        cfg = self._offline(
+        cfg = self._evaluation(
             policy__path=str(policy),
             actor__episodes=self.ex.rerun_episodes,
             actor__seed=self.ex.eval_seed,
@@ -286,6 +292,12 @@ class Demo:
                 "privileged_state": self.cfg.env.privileged_state,
                 "policy_size": self.cfg.policy.size.value,
                 "strategy": self.cfg.actor.strategy.value,
+                "noise_scale": {
+                    "online": self.cfg.policy.noise_scale,
+                    "eval": self.cfg.policy.noise_scale
+                    if self.ex.eval_noise_scale is None
+                    else self.ex.eval_noise_scale,
+                },
                 "latency": _latency(self.cfg),
                 "control_hz": self.cfg.env.control_hz,
                 "demos": self.ex.demos,

@@ -60,6 +60,11 @@ def test_overrides_reach_the_typed_config():
         (["learner.device=tpu"], "learner.device"),
         (["policy.noise_scale=-0.5"], "policy.noise_scale"),
         (["policy=lerobot", "policy.path=/x", "policy.noise_scale=0.5"], "policy.noise_scale"),
+        (["experiment.eval_noise_scale=3"], "experiment.eval_noise_scale"),
+        (
+            ["policy=lerobot", "policy.path=/x", "experiment.eval_noise_scale=0"],
+            "experiment.eval_noise_scale",
+        ),
         (["experiment.algorithms=[rapi,dagger]"], "experiment.algorithms"),
         (["experiment.algorithms=[rapi,bc,rapi]"], "experiment.algorithms"),
         (["env.expert_takeover_ticks=-1"], "env.expert_takeover_ticks"),

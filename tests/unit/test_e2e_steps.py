@@ -68,6 +68,30 @@ def test_a_scripted_takeover_helps_only_while_fine_tuning(tmp_path: Path, monkey
         assert "env.expert_takeover_before_miss=false" in argv
 
 
+def test_evaluations_sample_at_the_evaluation_temperature_while_fine_tuning_explores(
+    tmp_path: Path, monkeypatch
+):
+    cfg = load_config(
+        [
+            "experiment=demo",
+            f"experiment.output_dir={tmp_path}",
+            "experiment.eval_noise_scale=0",
+            "policy.noise_scale=1",
+        ]
+    )
+    demo = Demo(cfg, Console(file=open("/dev/null", "w")))  # noqa: SIM115
+    assert demo.finetune_config("rapi").policy.noise_scale == 1.0
+    ran: list[list[str]] = []
+    monkeypatch.setattr(demo.steps, "run", lambda title, out, argv, inputs=(): ran.append(list(argv)))
+    demo.record()
+    demo.pretrain()
+    with pytest.raises(FileNotFoundError):  # the stubbed step wrote no summary
+        demo.evaluate("pretrained", demo.pretrained, "the pretrained policy", made_by=tmp_path)
+    record, pretrain, evaluate = ran
+    assert "policy.noise_scale=0.0" in evaluate
+    assert "policy.noise_scale=1.0" in pretrain and "policy.kind='expert'" in record
+
+
 def test_hydra_values_keep_their_types():
     assert hydra_value(None) == "null"
     assert hydra_value(True) == "true"
