@@ -327,7 +327,10 @@ class Demo:
     def _report(
         self, evals: dict[str, dict[str, Any]], results: dict[str, Any], curve: Path, recording: Path | None
     ) -> None:
-        table = Table(title=f"{self.cfg.env.id}: {self.ex.eval_episodes} fixed-seed episodes per policy")
+        sampled = "" if self.ex.eval_noise_scale is None else f", noise scale {self.ex.eval_noise_scale:g}"
+        table = Table(
+            title=f"{self.cfg.env.id}: {self.ex.eval_episodes} fixed-seed episodes per policy{sampled}"
+        )
         for col in ("policy", "success", "95% CI", "time to success", "jerk RMS", "starved ticks"):
             table.add_column(col, justify="right" if col != "policy" else "left")
         names = {
