@@ -42,6 +42,18 @@ def test_the_continued_imitation_baseline_clones_the_demonstrations_alone(tmp_pa
     assert rapi.demos_path == bc.demos_path == demos_only.demos_path == str(tmp_path / "demos")
 
 
+def _offline_step_argvs(demo: Demo, tmp_path: Path, monkeypatch) -> list[list[str]]:
+    """The command lines of the record, pretrain and first evaluation steps (not run)."""
+    ran: list[list[str]] = []
+    monkeypatch.setattr(demo.steps, "run", lambda title, out, argv, inputs=(): ran.append(list(argv)))
+    demo.record()
+    demo.pretrain()
+    with pytest.raises(FileNotFoundError):  # the stubbed step wrote no summary
+        demo.evaluate("pretrained", demo.pretrained, "the pretrained policy", made_by=tmp_path)
+    assert len(ran) == 3
+    return ran
+
+
 def test_a_scripted_takeover_helps_only_while_fine_tuning(tmp_path: Path, monkeypatch):
     takeovers = [
         "env.expert_takeover_ticks=120",
@@ -56,14 +68,7 @@ def test_a_scripted_takeover_helps_only_while_fine_tuning(tmp_path: Path, monkey
         True,
         True,
     )
-    ran: list[list[str]] = []
-    monkeypatch.setattr(demo.steps, "run", lambda title, out, argv, inputs=(): ran.append(list(argv)))
-    demo.record()
-    demo.pretrain()
-    with pytest.raises(FileNotFoundError):  # the stubbed step wrote no summary
-        demo.evaluate("pretrained", demo.pretrained, "the pretrained policy", made_by=tmp_path)
-    assert len(ran) == 3
-    for argv in ran:
+    for argv in _offline_step_argvs(demo, tmp_path, monkeypatch):
         assert "env.expert_takeover_ticks=0" in argv and "env.expert_takeover_on_miss=false" in argv
         assert "env.expert_takeover_before_miss=false" in argv
 
@@ -81,13 +86,7 @@ def test_evaluations_sample_at_the_evaluation_temperature_while_fine_tuning_expl
     )
     demo = Demo(cfg, Console(file=open("/dev/null", "w")))  # noqa: SIM115
     assert demo.finetune_config("rapi").policy.noise_scale == 1.0
-    ran: list[list[str]] = []
-    monkeypatch.setattr(demo.steps, "run", lambda title, out, argv, inputs=(): ran.append(list(argv)))
-    demo.record()
-    demo.pretrain()
-    with pytest.raises(FileNotFoundError):  # the stubbed step wrote no summary
-        demo.evaluate("pretrained", demo.pretrained, "the pretrained policy", made_by=tmp_path)
-    record, pretrain, evaluate = ran
+    record, pretrain, evaluate = _offline_step_argvs(demo, tmp_path, monkeypatch)
     assert "policy.noise_scale=0.0" in evaluate
     assert "policy.noise_scale=1.0" in pretrain and "policy.kind='expert'" in record
 
