@@ -433,7 +433,8 @@ class ExperimentConfig:
     """Actor processes in each fine-tuning run."""
     algorithms: list[str] = field(default_factory=lambda: ["rapi", "bc"])
     """Fine-tuning runs to compare (FINETUNE_RUNS): rapi; bc on the same buffers as rapi (its anchor
-    keeps the fastest successes too); bc_demos, continued imitation of the demonstrations alone."""
+    keeps the fastest successes too); bc_demos, continued imitation of the anchor's demonstrations
+    (and, with takeovers, of their segments: HG-DAgger's data), no online episodes."""
     rerun_episodes: int = 2
     """Episodes of the fine-tuned policy recorded to demo.rrd (0: none)."""
     eval_noise_scale: float | None = None

@@ -86,6 +86,11 @@ class Demo:
             **changes,
         )
 
+    def _takeovers(self) -> bool:
+        """Whether the scripted expert takes over while fine-tuning."""
+        env = self.cfg.env
+        return env.expert_takeover_ticks > 0 or env.expert_takeover_on_miss or env.expert_takeover_before_miss
+
     def _evaluation(self, **changes: Any) -> RobotRLConfig:
         """:meth:`_offline` at the evaluations' inference temperature (``experiment.eval_noise_scale``)."""
         if self.ex.eval_noise_scale is not None:
@@ -337,7 +342,8 @@ class Demo:
             "pretrained": "pretrained (BC on demos)",
             "rapi": "+ online RAPI",
             "bc": "+ online BC on RAPI's buffers",
-            "bc_demos": "+ BC on the demos only",
+            # the anchor it reads holds the takeovers' segments beside the demos (HG-DAgger's data)
+            "bc_demos": "+ BC on the demos and takeovers" if self._takeovers() else "+ BC on the demos only",
         }
         for name, e in evals.items():
             lo, hi = e["ci95"]
