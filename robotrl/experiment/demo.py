@@ -91,11 +91,14 @@ class Demo:
         env = self.cfg.env
         return env.expert_takeover_ticks > 0 or env.expert_takeover_on_miss or env.expert_takeover_before_miss
 
+    def _eval_noise_scale(self) -> float:
+        """The evaluations' inference temperature: ``experiment.eval_noise_scale``, else the policy's."""
+        scale = self.ex.eval_noise_scale
+        return self.cfg.policy.noise_scale if scale is None else scale
+
     def _evaluation(self, **changes: Any) -> RobotRLConfig:
-        """:meth:`_offline` at the evaluations' inference temperature (``experiment.eval_noise_scale``)."""
-        if self.ex.eval_noise_scale is not None:
-            changes["policy__noise_scale"] = self.ex.eval_noise_scale
-        return self._offline(**changes)
+        """:meth:`_offline` at the evaluations' inference temperature."""
+        return self._offline(policy__noise_scale=self._eval_noise_scale(), **changes)
 
     def _sockets(self, name: str) -> Path:
         """A short, stable folder for ipc sockets (ipc paths are limited to ~100 bytes)."""
@@ -297,12 +300,7 @@ class Demo:
                 "privileged_state": self.cfg.env.privileged_state,
                 "policy_size": self.cfg.policy.size.value,
                 "strategy": self.cfg.actor.strategy.value,
-                "noise_scale": {
-                    "online": self.cfg.policy.noise_scale,
-                    "eval": self.cfg.policy.noise_scale
-                    if self.ex.eval_noise_scale is None
-                    else self.ex.eval_noise_scale,
-                },
+                "noise_scale": {"online": self.cfg.policy.noise_scale, "eval": self._eval_noise_scale()},
                 "latency": _latency(self.cfg),
                 "control_hz": self.cfg.env.control_hz,
                 "demos": self.ex.demos,
@@ -332,9 +330,9 @@ class Demo:
     def _report(
         self, evals: dict[str, dict[str, Any]], results: dict[str, Any], curve: Path, recording: Path | None
     ) -> None:
-        sampled = "" if self.ex.eval_noise_scale is None else f", noise scale {self.ex.eval_noise_scale:g}"
         table = Table(
-            title=f"{self.cfg.env.id}: {self.ex.eval_episodes} fixed-seed episodes per policy{sampled}"
+            title=f"{self.cfg.env.id}: {self.ex.eval_episodes} fixed-seed episodes per policy, "
+            f"noise scale {self._eval_noise_scale():g}"
         )
         for col in ("policy", "success", "95% CI", "time to success", "jerk RMS", "starved ticks"):
             table.add_column(col, justify="right" if col != "policy" else "left")
