@@ -19,7 +19,6 @@ SMOKE = [
     "experiment.online_episodes=2",
     "experiment.update_groups=3",
     "experiment.rerun_episodes=1",
-    "experiment.algorithms=[rapi,bc,bc_demos]",
     "env.max_episode_ticks=120",
     "pretrain.val_every=30",
     "pretrain.checkpoint_every=30",
