@@ -50,7 +50,7 @@ def make_env(cfg: EnvConfig, seed_offset: int = 0) -> RobotEnv:
         dense_reward=cfg.dense_reward,
     )
     sim: RobotEnv = SimRobotEnv(env, name=cfg.id, seed_offset=seed_offset)
-    if cfg.expert_takeover_ticks or cfg.expert_takeover_on_miss or cfg.expert_takeover_before_miss:
+    if cfg.scripted_takeover:
         from robotrl.sim.intervention import ExpertTakeover
 
         return ExpertTakeover(

@@ -106,6 +106,13 @@ class EnvConfig:
     start to close off the cube (more than 1 cm above its centre or 2 cm to one side), before
     the miss: the expert descends onto the cube, grasps it and hands back once it has lifted it."""
 
+    @property
+    def scripted_takeover(self) -> bool:
+        """Whether any ``expert_takeover_*`` field lets the scripted expert take over."""
+        return bool(
+            self.expert_takeover_ticks or self.expert_takeover_on_miss or self.expert_takeover_before_miss
+        )
+
 
 @dataclass
 class PolicyConfig:
@@ -896,9 +903,9 @@ def _takeover_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     e = cfg.env
     if e.expert_takeover_ticks < 0:
         return [("env.expert_takeover_ticks", f"must be >= 0 (0: never), got {e.expert_takeover_ticks}")]
-    grasps = e.expert_takeover_on_miss or e.expert_takeover_before_miss
-    if not (e.expert_takeover_ticks or grasps):
+    if not e.scripted_takeover:
         return []
+    grasps = e.expert_takeover_on_miss or e.expert_takeover_before_miss
     switched_on = (
         ("on_miss", e.expert_takeover_on_miss),
         ("before_miss", e.expert_takeover_before_miss),

@@ -86,11 +86,6 @@ class Demo:
             **changes,
         )
 
-    def _takeovers(self) -> bool:
-        """Whether the scripted expert takes over while fine-tuning."""
-        env = self.cfg.env
-        return env.expert_takeover_ticks > 0 or env.expert_takeover_on_miss or env.expert_takeover_before_miss
-
     def _eval_noise_scale(self) -> float:
         """The evaluations' inference temperature: ``experiment.eval_noise_scale``, else the policy's."""
         scale = self.ex.eval_noise_scale
@@ -341,7 +336,9 @@ class Demo:
             "rapi": "+ online RAPI",
             "bc": "+ online BC on RAPI's buffers",
             # the anchor it reads holds the takeovers' segments beside the demos (HG-DAgger's data)
-            "bc_demos": "+ BC on the demos and takeovers" if self._takeovers() else "+ BC on the demos only",
+            "bc_demos": "+ BC on the demos and takeovers"
+            if self.cfg.env.scripted_takeover
+            else "+ BC on the demos only",
         }
         for name, e in evals.items():
             lo, hi = e["ci95"]
