@@ -104,3 +104,32 @@ def outcome_text(outcomes: Mapping[str, int], skip: str | None = None) -> str:
     leaving out the outcome ``skip``."""
     ranked = sorted(outcomes.items(), key=lambda kv: -kv[1])
     return ", ".join(f"{n} {name}" for name, n in ranked if name != skip) or "-"
+
+
+def pool_summaries(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The headline figures of several evaluations of the same kind of policy (one per fine-tuning
+    run) as one: success and its Wilson interval over every episode, time to success over every
+    success, jerk and starvation over every episode, outcomes summed, and ``runs``, each run's
+    own success rate (the pooled interval counts episodes, so run-to-run spread shows there)."""
+    if not summaries:
+        raise ValueError("no evaluations to pool")
+    episodes = [int(s["episodes"]) for s in summaries]
+    successes = [round(s["success_rate"] * n) for s, n in zip(summaries, episodes, strict=True)]
+    n, won = sum(episodes), sum(successes)
+    lo, hi = wilson_interval(won, n)
+    timed = [(s["mean_time_to_success_s"], k) for s, k in zip(summaries, successes, strict=True) if k]
+    outcomes: Counter[str] = Counter()
+    for s in summaries:
+        outcomes.update(s.get("outcomes", {}))
+    return {
+        "episodes": n,
+        "success_rate": won / n if n else 0.0,
+        "ci95": [round(lo, 4), round(hi, 4)],
+        "mean_time_to_success_s": sum(t * k for t, k in timed) / sum(k for _, k in timed) if timed else None,
+        "jerk_rms": sum(s["jerk_rms"] * k for s, k in zip(summaries, episodes, strict=True)) / n
+        if n
+        else 0.0,
+        "starved_ticks": sum(int(s["starved_ticks"]) for s in summaries),
+        "outcomes": dict(outcomes.most_common()),
+        "runs": [s["success_rate"] for s in summaries],
+    }

@@ -442,6 +442,11 @@ class ExperimentConfig:
     """Fine-tuning runs to compare (FINETUNE_RUNS): rapi; bc on the same buffers as rapi (its anchor
     keeps the fastest successes too); bc_demos, continued imitation of the anchor's demonstrations
     (and, with takeovers, of their segments: HG-DAgger's data), no online episodes."""
+    repeats: int = 1
+    """Fine-tuning runs per algorithm, each with its own seeds (learner seed + k, online episode
+    seeds one actor stride further per actor): one run's success moves by ~10 points from run to
+    run here, more than its interval says. The table pools every run's evaluation episodes (the
+    Wilson interval counts episodes, so run-to-run spread shows in the per-run rates beside it)."""
     rerun_episodes: int = 2
     """Episodes of the fine-tuned policy recorded to demo.rrd (0: none)."""
     eval_noise_scale: float | None = None
@@ -738,6 +743,7 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     out += _pretrain_problems(cfg.pretrain)
     out += _launch_problems(cfg.launch)
     out += _experiment_problems(cfg.experiment)
+    out += _demo_seed_problems(cfg)
     eval_noise = cfg.experiment.eval_noise_scale
     if eval_noise is not None:
         if not 0 <= eval_noise <= 2:
@@ -854,7 +860,15 @@ def _experiment_problems(ex: ExperimentConfig) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if ex.name not in ("demo", "latency_sweep"):
         out.append(("experiment.name", f"must be 'demo' or 'latency_sweep', got {ex.name!r}"))
-    for name in ("demos", "pretrain_steps", "eval_episodes", "online_episodes", "update_groups", "actors"):
+    for name in (
+        "demos",
+        "pretrain_steps",
+        "eval_episodes",
+        "online_episodes",
+        "update_groups",
+        "actors",
+        "repeats",
+    ):
         out += _positive(f"experiment.{name}", getattr(ex, name))
     out += _positive("experiment.sweep_episodes", ex.sweep_episodes)
     if ex.rerun_episodes < 0:
@@ -884,6 +898,30 @@ def _experiment_problems(ex: ExperimentConfig) -> list[tuple[str, str]]:
     if not ex.latencies:
         out.append(("experiment.latencies", "must not be empty"))
     return out
+
+
+def demo_online_seeds(cfg: RobotRLConfig, run: int, actor: int) -> int:
+    """The first online episode seed of ``actor`` in the demo's fine-tuning run ``run`` (from 0):
+    each run's actors start one ``launch.actor_seed_stride`` beyond the previous run's last actor."""
+    return cfg.actor.seed + (run * cfg.experiment.actors + actor) * cfg.launch.actor_seed_stride
+
+
+def _demo_seed_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
+    """The demo must never fine-tune on its evaluation seeds (that would score memorised episodes)."""
+    ex = cfg.experiment
+    if ex.name != "demo" or min(ex.repeats, ex.actors, ex.online_episodes, ex.eval_episodes) < 1:
+        return []
+    first = demo_online_seeds(cfg, 0, 0)
+    last = demo_online_seeds(cfg, ex.repeats - 1, ex.actors - 1) + ex.online_episodes - 1
+    if first <= ex.eval_seed + ex.eval_episodes - 1 and ex.eval_seed <= last:
+        return [
+            (
+                "experiment.eval_seed",
+                f"the evaluation seeds {ex.eval_seed}-{ex.eval_seed + ex.eval_episodes - 1} overlap "
+                f"the fine-tuning runs' online seeds {first}-{last}: move experiment.eval_seed past them",
+            )
+        ]
+    return []
 
 
 REPLAY_MODES = ("open_loop", "resim", "to_learner", "view")

@@ -6,8 +6,9 @@
 4. fine-tune it online in each run of ``experiment.algorithms`` (RAPI; BC on the same
    buffers; BC on the demonstrations alone, which is continued imitation) with a real
    learner and real actors (``robotrl launch``) in virtual time under the configured
-   latency, with the same budget (online episodes and update groups) for each,
-5. evaluate each fine-tuned policy on the same seeds,
+   latency, with the same budget (online episodes and update groups) for each, and
+   ``experiment.repeats`` times with other seeds (all algorithms' first runs come first),
+5. evaluate each fine-tuned policy on the same seeds, pooling an algorithm's runs,
 6. record a rerun view of the fine-tuned policy, plot the learning curves, and write
    the before/after table and ``results.json``.
 
@@ -29,8 +30,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from robotrl.actor.report import outcome_text
-from robotrl.config.schema import FINETUNE_RUNS, PolicyKind, RobotRLConfig
+from robotrl.actor.report import outcome_text, pool_summaries
+from robotrl.config.schema import FINETUNE_RUNS, PolicyKind, RobotRLConfig, demo_online_seeds
 from robotrl.core.types import OUTCOME_SUCCESS
 from robotrl.experiment.steps import STAMP, StepFailedError, Steps, config_overrides, robotrl, run_id
 
@@ -38,6 +39,16 @@ RESULTS = "results.json"
 CURVE = "learning_curve.png"
 RECORDING = "demo.rrd"
 RUN_GROUPS = ("env", "policy", "actor", "learner", "transport")
+POLICY_FIGURES = (
+    "episodes",
+    "success_rate",
+    "ci95",
+    "runs",
+    "mean_time_to_success_s",
+    "jerk_rms",
+    "starved_ticks",
+)
+"""What results.json keeps of each policy's evaluation (``runs``: a fine-tuned policy's per-run success)."""
 
 
 class Demo:
@@ -46,8 +57,8 @@ class Demo:
         self.ex = cfg.experiment
         self.out = Path(self.ex.output_dir)
         self.console = console
-        # record, pretrain, eval, (launch + eval) per algorithm, rerun
-        self.steps = Steps(3 + 2 * len(self.ex.algorithms) + 1, console)
+        # record, pretrain, eval, (launch + eval) per algorithm and run, rerun
+        self.steps = Steps(3 + 2 * len(self.ex.algorithms) * self.ex.repeats + 1, console)
 
     # -- paths -------------------------------------------------------------------------
 
@@ -59,8 +70,14 @@ class Demo:
     def pretrained(self) -> Path:
         return self.out / "pretrain" / "policy"
 
-    def finetune_dir(self, algorithm: str) -> Path:
-        return self.out / f"finetune_{algorithm}"
+    @staticmethod
+    def run_name(algorithm: str, run: int) -> str:
+        """``rapi`` for an algorithm's first fine-tuning run (``run`` 0), ``rapi-run2`` for the next."""
+        return algorithm if run == 0 else f"{algorithm}-run{run + 1}"
+
+    def finetune_dir(self, name: str) -> Path:
+        """The folder of the fine-tuning run ``name`` (a :meth:`run_name`)."""
+        return self.out / f"finetune_{name}"
 
     def eval_dir(self, name: str) -> Path:
         return self.out / f"eval_{name}"
@@ -147,15 +164,18 @@ class Demo:
             raise StepFailedError(f"{out}: {summary['episodes']} of {self.ex.eval_episodes} episodes ran")
         return summary
 
-    def finetune_config(self, name: str) -> RobotRLConfig:
-        """The config of the fine-tuning run ``name`` of :data:`FINETUNE_RUNS`."""
+    def finetune_config(self, algorithm: str, run: int = 0) -> RobotRLConfig:
+        """The config of run ``run`` (from 0) of the fine-tuning ``algorithm`` of :data:`FINETUNE_RUNS`;
+        each run has its own online episode seeds (and, in :meth:`finetune`, learner seed)."""
+        name = self.run_name(algorithm, run)
         out = self.finetune_dir(name)
         sockets = self._sockets(f"finetune_{name}")
-        algorithm, learner_fields = FINETUNE_RUNS[name]
+        kind, learner_fields = FINETUNE_RUNS[algorithm]
         return self._variant(
             policy__path=str(self.pretrained),
             actor__episodes=self.ex.online_episodes,
-            learner__algorithm=algorithm,
+            actor__seed=demo_online_seeds(self.cfg, run, 0),
+            learner__algorithm=kind,
             **{f"learner__{field}": value for field, value in learner_fields.items()},
             learner__max_groups=self.ex.update_groups,
             learner__demos_path=str(self.demos),
@@ -165,10 +185,11 @@ class Demo:
             transport__spool_dir=str(out / "spool"),
         )
 
-    def finetune(self, name: str) -> Path:
-        """Run the fine-tuning run ``name`` through `robotrl launch`; returns its policy."""
+    def finetune(self, algorithm: str, run: int = 0) -> Path:
+        """Run ``algorithm``'s fine-tuning run ``run`` through `robotrl launch`; returns its policy."""
+        name = self.run_name(algorithm, run)
         out = self.finetune_dir(name)
-        cfg = self.finetune_config(name)
+        cfg = self.finetune_config(algorithm, run)
         argv = robotrl(
             "launch",
             *config_overrides(cfg, RUN_GROUPS),
@@ -176,11 +197,12 @@ class Demo:
             f"launch.actor_threads={self.cfg.launch.actor_threads}",
             f"launch.learner_threads={self.cfg.launch.learner_threads}",
             f"run_dir={out}",
-            f"seed={self.cfg.seed}",
+            f"seed={self.cfg.seed + run}",
         )
         title = (
-            f"fine-tune online with {name} ({self.ex.actors} actor(s) x {self.ex.online_episodes} "
-            f"episodes, {self.ex.update_groups} update groups, latency {_latency(self.cfg)})"
+            f"fine-tune online with {algorithm}{self._of_runs(run)} ({self.ex.actors} actor(s) x "
+            f"{self.ex.online_episodes} episodes, {self.ex.update_groups} update groups, "
+            f"latency {_latency(self.cfg)})"
         )
         if not (out / STAMP).exists():
             shutil.rmtree(out, ignore_errors=True)  # a half-finished run starts over
@@ -233,26 +255,32 @@ class Demo:
                 "pretrained", self.pretrained, "the pretrained policy", made_by=self.out / "pretrain"
             )
         }
-        policies: dict[str, Path] = {}
-        for algorithm in self.ex.algorithms:
-            policies[algorithm] = self.finetune(algorithm)
-            evals[algorithm] = self.evaluate(
-                algorithm,
-                policies[algorithm],
-                f"the {algorithm}-fine-tuned policy",
-                made_by=self.finetune_dir(algorithm),
-            )
-        best = "rapi" if "rapi" in policies else self.ex.algorithms[0]
-        recording = self.rerun_view(policies[best], f"the {best}-fine-tuned policy")
+        runs: dict[str, list[dict[str, Any]]] = {a: [] for a in self.ex.algorithms}
+        for run in range(self.ex.repeats):  # every algorithm's first run, then the second, ...
+            for algorithm in self.ex.algorithms:
+                name = self.run_name(algorithm, run)
+                policy = self.finetune(algorithm, run)
+                label = f"the {algorithm}-fine-tuned policy{self._of_runs(run)}"
+                runs[algorithm].append(self.evaluate(name, policy, label, made_by=self.finetune_dir(name)))
+        evals.update({algorithm: pool_summaries(summaries) for algorithm, summaries in runs.items()})
+        best = "rapi" if "rapi" in runs else self.ex.algorithms[0]
+        recording = self.rerun_view(self.finetune_dir(best) / "policy", f"the {best}-fine-tuned policy")
         from robotrl.experiment.plots import learning_curves
 
-        curve = learning_curves(
-            {a: self.finetune_dir(a) for a in self.ex.algorithms}, evals, self.out / CURVE
-        )
+        every_run = {
+            self.run_name(a, run): self.finetune_dir(self.run_name(a, run))
+            for a in self.ex.algorithms
+            for run in range(self.ex.repeats)
+        }
+        curve = learning_curves(every_run, evals, self.out / CURVE)
         results = self.results(evals, time.perf_counter() - start)
         (self.out / RESULTS).write_text(json.dumps(results, indent=2))
         self._report(evals, results, curve, recording)
         return 0
+
+    def _of_runs(self, run: int) -> str:
+        """`` (run 2 of 3)`` when the experiment repeats its fine-tuning runs, else nothing."""
+        return f" (run {run + 1} of {self.ex.repeats})" if self.ex.repeats > 1 else ""
 
     def results(self, evals: dict[str, dict[str, Any]], wall_s: float) -> dict[str, Any]:
         def rate(name: str) -> float | None:
@@ -278,15 +306,12 @@ class Demo:
             "success_bc_demos": rate("bc_demos"),
             "ci95": ci95,
             "episodes": self.ex.eval_episodes,
+            "repeats": self.ex.repeats,
             "wall_s": round(wall_s, 1),
             "rapi_beats_bc_beyond_ci": rapi_beats("bc"),
             "rapi_beats_bc_demos_beyond_ci": rapi_beats("bc_demos"),
             "per_policy": {
-                name: {
-                    k: e[k]
-                    for k in ("success_rate", "ci95", "mean_time_to_success_s", "jerk_rms", "starved_ticks")
-                }
-                | {"outcomes": e.get("outcomes", {})}
+                name: {k: e[k] for k in POLICY_FIGURES if k in e} | {"outcomes": e.get("outcomes", {})}
                 for name, e in evals.items()
             },
             "setting": {
@@ -325,11 +350,14 @@ class Demo:
     def _report(
         self, evals: dict[str, dict[str, Any]], results: dict[str, Any], curve: Path, recording: Path | None
     ) -> None:
+        repeats = self.ex.repeats
+        pooled = f", fine-tuned policies pooled over {repeats} runs each" if repeats > 1 else ""
         table = Table(
-            title=f"{self.cfg.env.id}: {self.ex.eval_episodes} fixed-seed episodes per policy, "
+            title=f"{self.cfg.env.id}: {self.ex.eval_episodes} fixed-seed episodes per policy{pooled}, "
             f"noise scale {self._eval_noise_scale():g}"
         )
-        for col in ("policy", "success", "95% CI", "time to success", "jerk RMS", "starved ticks"):
+        columns = ["policy", "success", "95% CI", *(["per run"] if repeats > 1 else [])]
+        for col in (*columns, "time to success", "jerk RMS", "starved ticks"):
             table.add_column(col, justify="right" if col != "policy" else "left")
         names = {
             "pretrained": "pretrained (BC on demos)",
@@ -347,6 +375,7 @@ class Demo:
                 names.get(name, name),
                 f"{e['success_rate']:.0%}",
                 f"{lo:.0%}-{hi:.0%}",
+                *([", ".join(f"{r:.1%}" for r in e.get("runs", []))] if repeats > 1 else []),
                 "-" if tts is None else f"{tts:.2f} s",
                 f"{e['jerk_rms']:.0f}",
                 str(e["starved_ticks"]),
@@ -377,7 +406,7 @@ def _compare(rapi: list[float], baseline: list[float]) -> str:
         return "RAPI is better beyond the 95% intervals."
     if rapi[1] < baseline[0]:
         return "RAPI is worse beyond the 95% intervals."
-    return "the 95% intervals overlap; this run separates neither."
+    return "the 95% intervals overlap; neither is better beyond them."
 
 
 def _latency(cfg: RobotRLConfig) -> str:

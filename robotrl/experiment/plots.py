@@ -47,18 +47,19 @@ def rolling(values: list[int], window: int) -> npt.NDArray[np.float64]:
 
 
 def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], path: Path) -> Path:
-    """Online success (rolling) per algorithm with the fixed-seed evaluations, and learner losses."""
+    """Online success (rolling) per fine-tuning run with the fixed-seed evaluations, and learner
+    losses. ``runs`` are named ``algorithm`` or ``algorithm-runK`` (the demo's repeats: one colour
+    per algorithm); ``evals`` holds each algorithm's evaluation, drawn after its first run."""
     plt = _pyplot()
     fig, (ax_s, ax_l) = plt.subplots(1, 2, figsize=(12, 4.5))
-    colours = {"rapi": "tab:blue", "bc": "tab:orange", "bc_demos": "tab:green"}
+    palette = {"rapi": "tab:blue", "bc": "tab:orange", "bc_demos": "tab:green"}
     for name, run_dir in runs.items():
+        colour = palette.get(name.partition("-run")[0])
         hist = online_history(run_dir)
         window = max(1, min(10, len(hist) // 4 or 1))
         curve = rolling(hist, window)
         if len(curve):
-            ax_s.plot(
-                np.arange(window, len(hist) + 1), curve, color=colours.get(name), label=f"{name}: online"
-            )
+            ax_s.plot(np.arange(window, len(hist) + 1), curve, color=colour, label=f"{name}: online")
         if name in evals:
             e = evals[name]
             lo, hi = e["ci95"]
@@ -68,16 +69,16 @@ def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], pat
                 [e["success_rate"]],
                 yerr=[[e["success_rate"] - lo], [hi - e["success_rate"]]],
                 fmt="o",
-                color=colours.get(name),
+                color=colour,
                 capsize=4,
-                label=f"{name}: eval (95% CI)",
+                label=f"{name}: eval (95% CI{_pooled(e)})",
             )
         metrics = learner_metrics(run_dir)
         for key, style, label in (("policy_loss", "-", "policy loss"), ("q_loss", "--", "critic (Q) loss")):
             points = [(m["group"], m[key]) for m in metrics if key in m]  # none during critic warm-up
             if points:
                 xs, ys = zip(*points, strict=True)
-                ax_l.plot(xs, ys, color=colours.get(name), linestyle=style, label=f"{name}: {label}")
+                ax_l.plot(xs, ys, color=colour, linestyle=style, label=f"{name}: {label}")
     if "pretrained" in evals:
         e = evals["pretrained"]
         lo, hi = e["ci95"]
@@ -98,6 +99,11 @@ def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], pat
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _pooled(summary: dict[str, Any]) -> str:
+    runs = len(summary.get("runs", []))
+    return f", {runs} runs pooled" if runs > 1 else ""
 
 
 def sweep_plot(rows: list[dict[str, Any]], path: Path) -> Path:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from robotrl.actor.report import wilson_interval
-from robotrl.config.load import load_config
-from robotrl.config.schema import AlgorithmKind, parse_latency
+from robotrl.actor.report import pool_summaries, wilson_interval
+from robotrl.config.load import ConfigError, load_config
+from robotrl.config.schema import AlgorithmKind, parse_latency, problems
 from robotrl.experiment.demo import Demo
 from robotrl.experiment.steps import Steps, config_overrides, hydra_value
 from robotrl.experiment.sweep import difference_interval, findings, ran_every_episode
@@ -89,6 +89,87 @@ def test_evaluations_sample_at_the_evaluation_temperature_while_fine_tuning_expl
     record, pretrain, evaluate = _offline_step_argvs(demo, tmp_path, monkeypatch)
     assert "policy.noise_scale=0.0" in evaluate
     assert "policy.noise_scale=1.0" in pretrain and "policy.kind='expert'" in record
+
+
+def _summary(episodes: int, successes: int, tts: float, jerk: float, failed: str) -> dict[str, object]:
+    lo, hi = wilson_interval(successes, episodes)
+    return {
+        "episodes": episodes,
+        "success_rate": successes / episodes,
+        "ci95": [round(lo, 4), round(hi, 4)],
+        "mean_time_to_success_s": tts,
+        "jerk_rms": jerk,
+        "starved_ticks": 3,
+        "outcomes": {"success": successes, failed: episodes - successes},
+    }
+
+
+def test_pooled_runs_count_every_episode_and_keep_each_runs_rate():
+    pooled = pool_summaries(
+        [_summary(200, 150, 2.0, 10.0, "cube never moved"), _summary(200, 170, 3.0, 20.0, "x")]
+    )
+    assert (pooled["episodes"], pooled["success_rate"], pooled["runs"]) == (400, 0.8, [0.75, 0.85])
+    assert pooled["ci95"] == [round(b, 4) for b in wilson_interval(320, 400)]
+    assert pooled["mean_time_to_success_s"] == pytest.approx((150 * 2.0 + 170 * 3.0) / 320)  # per success
+    assert (pooled["jerk_rms"], pooled["starved_ticks"]) == (15.0, 6)
+    assert pooled["outcomes"] == {"success": 320, "cube never moved": 50, "x": 30}
+    one = _summary(50, 31, 2.5, 7.0, "x")
+    alone = pool_summaries([one])
+    assert {k: alone[k] for k in one} == one and alone["runs"] == [0.62]
+    with pytest.raises(ValueError):
+        pool_summaries([])
+
+
+def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path: Path, monkeypatch):
+    cfg = load_config(
+        [
+            "experiment=demo",
+            f"experiment.output_dir={tmp_path}",
+            "experiment.repeats=2",
+            "experiment.algorithms=[rapi,bc]",
+            "experiment.eval_episodes=10",
+            "experiment.rerun_episodes=0",
+        ]
+    )
+    demo = Demo(cfg, Console(file=open("/dev/null", "w")))  # noqa: SIM115
+    launched: dict[str, list[str]] = {}
+    wins = iter([5, 6, 4, 10, 6])  # pretrained, then rapi run 1, bc run 1, rapi run 2, bc run 2
+
+    def fake_step(title: str, out: Path, argv: list[str], inputs: object = ()) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        if argv[3] == "launch":
+            launched[out.name] = argv
+            (out / "policy").mkdir()
+        elif argv[3] == "eval":
+            (out / "eval_summary.json").write_text(json.dumps(_summary(10, next(wins), 2.0, 1.0, "x")))
+
+    monkeypatch.setattr(demo.steps, "run", fake_step)
+    assert demo.run() == 0
+    assert sorted(launched) == ["finetune_bc", "finetune_bc-run2", "finetune_rapi", "finetune_rapi-run2"]
+    stride = cfg.launch.actor_seed_stride
+    assert "seed=0" in launched["finetune_rapi"] and "actor.seed=0" in launched["finetune_rapi"]
+    assert (
+        "seed=1" in launched["finetune_rapi-run2"]
+        and f"actor.seed={stride}" in launched["finetune_rapi-run2"]
+    )
+    assert (
+        launched["finetune_bc-run2"].count(f"actor.seed={stride}") == 1
+    )  # the same episodes as rapi's run 2
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert (results["repeats"], results["episodes"]) == (2, 10)
+    assert (results["success_before"], results["success_after"], results["success_bc"]) == (0.5, 0.8, 0.5)
+    assert results["per_policy"]["rapi"]["runs"] == [0.6, 1.0]
+    assert results["per_policy"]["bc"]["episodes"] == 20
+    assert results["ci95"]["after"] == [round(b, 4) for b in wilson_interval(16, 20)]
+
+
+def test_the_online_seeds_of_every_run_stay_clear_of_the_evaluation_seeds():
+    assert not problems(load_config(["experiment=demo", "experiment.repeats=3"]))
+    # three runs of one actor fine-tune on seeds 0-299, 100000-100299 and 200000-200299
+    with pytest.raises(ConfigError, match=r"evaluation seeds 200100-200299 overlap .* online seeds 0-200299"):
+        load_config(["experiment=demo", "experiment.repeats=3", "experiment.eval_seed=200100"])
+    with pytest.raises(ConfigError, match=r"experiment\.repeats"):
+        load_config(["experiment.repeats=0"])
 
 
 def test_hydra_values_keep_their_types():
