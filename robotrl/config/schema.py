@@ -743,7 +743,6 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     out += _pretrain_problems(cfg.pretrain)
     out += _launch_problems(cfg.launch)
     out += _experiment_problems(cfg.experiment)
-    out += _demo_seed_problems(cfg)
     eval_noise = cfg.experiment.eval_noise_scale
     if eval_noise is not None:
         if not 0 <= eval_noise <= 2:
@@ -906,8 +905,10 @@ def demo_online_seeds(cfg: RobotRLConfig, run: int, actor: int) -> int:
     return cfg.actor.seed + (run * cfg.experiment.actors + actor) * cfg.launch.actor_seed_stride
 
 
-def _demo_seed_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
-    """The demo must never fine-tune on its evaluation seeds (that would score memorised episodes)."""
+def demo_seed_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
+    """The demo must never fine-tune on its evaluation seeds (that would score memorised episodes).
+    Checked by the demo itself, not :func:`problems`: its steps' own processes carry
+    ``actor.seed`` = the evaluation seed beside the experiment group's defaults."""
     ex = cfg.experiment
     if ex.name != "demo" or min(ex.repeats, ex.actors, ex.online_episodes, ex.eval_episodes) < 1:
         return []

@@ -31,7 +31,14 @@ from rich.console import Console
 from rich.table import Table
 
 from robotrl.actor.report import outcome_text, pool_summaries
-from robotrl.config.schema import FINETUNE_RUNS, PolicyKind, RobotRLConfig, demo_online_seeds
+from robotrl.config.load import ConfigError
+from robotrl.config.schema import (
+    FINETUNE_RUNS,
+    PolicyKind,
+    RobotRLConfig,
+    demo_online_seeds,
+    demo_seed_problems,
+)
 from robotrl.core.types import OUTCOME_SUCCESS
 from robotrl.experiment.steps import STAMP, StepFailedError, Steps, config_overrides, robotrl, run_id
 
@@ -431,4 +438,7 @@ def export_policy(pretrained: Path, run_dir: Path, target: Path) -> None:
 
 
 def run_demo(cfg: RobotRLConfig) -> int:
+    wrong = demo_seed_problems(cfg)
+    if wrong:
+        raise ConfigError("bad config:\n" + "\n".join(f"  {name}: {msg}" for name, msg in wrong))
     return Demo(cfg, Console()).run()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 
+from robotrl.cli import EXIT_USAGE
+from robotrl.config.load import ConfigError
 from robotrl.config.schema import RobotRLConfig
 
 
@@ -25,6 +27,9 @@ def main(cfg: RobotRLConfig) -> int:
     except (StepFailedError, FileNotFoundError) as exc:
         print(f"robotrl experiment: {exc}", file=sys.stderr)
         return 1
+    except ConfigError as exc:
+        print(f"robotrl experiment: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print(
             "robotrl experiment: interrupted; finished steps are kept and reused next time", file=sys.stderr

@@ -11,8 +11,9 @@ from rich.console import Console
 
 from robotrl.actor.report import pool_summaries, wilson_interval
 from robotrl.config.load import ConfigError, load_config
-from robotrl.config.schema import AlgorithmKind, parse_latency, problems
+from robotrl.config.schema import AlgorithmKind, demo_seed_problems, parse_latency
 from robotrl.experiment.demo import Demo
+from robotrl.experiment.main import main as experiment_main
 from robotrl.experiment.steps import Steps, config_overrides, hydra_value
 from robotrl.experiment.sweep import difference_interval, findings, ran_every_episode
 
@@ -136,6 +137,7 @@ def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path:
     wins = iter([5, 6, 4, 10, 6])  # pretrained, then rapi run 1, bc run 1, rapi run 2, bc run 2
 
     def fake_step(title: str, out: Path, argv: list[str], inputs: object = ()) -> None:
+        load_config(argv[4:])  # the step's own process accepts its command line
         out.mkdir(parents=True, exist_ok=True)
         if argv[3] == "launch":
             launched[out.name] = argv
@@ -163,11 +165,23 @@ def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path:
     assert results["ci95"]["after"] == [round(b, 4) for b in wilson_interval(16, 20)]
 
 
-def test_the_online_seeds_of_every_run_stay_clear_of_the_evaluation_seeds():
-    assert not problems(load_config(["experiment=demo", "experiment.repeats=3"]))
+def test_the_online_seeds_of_every_run_stay_clear_of_the_evaluation_seeds(tmp_path: Path, capsys):
+    assert not demo_seed_problems(load_config(["experiment=demo", "experiment.repeats=3"]))
     # three runs of one actor fine-tune on seeds 0-299, 100000-100299 and 200000-200299
-    with pytest.raises(ConfigError, match=r"evaluation seeds 200100-200299 overlap .* online seeds 0-200299"):
-        load_config(["experiment=demo", "experiment.repeats=3", "experiment.eval_seed=200100"])
+    clash = load_config(
+        [
+            "experiment=demo",
+            f"experiment.output_dir={tmp_path}",
+            "experiment.repeats=3",
+            "experiment.eval_seed=200100",
+        ]
+    )
+    assert experiment_main(clash) == 2 and not list(tmp_path.iterdir())  # refused before any step ran
+    assert "evaluation seeds 200100-200299 overlap the fine-tuning runs' online seeds 0-200299" in (
+        capsys.readouterr().err
+    )
+    # an evaluation step's own process carries actor.seed = the evaluation seed: not a clash
+    assert load_config(["experiment=demo", "actor.seed=1000000"]).actor.seed == 1_000_000
     with pytest.raises(ConfigError, match=r"experiment\.repeats"):
         load_config(["experiment.repeats=0"])
 
