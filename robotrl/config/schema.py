@@ -243,6 +243,11 @@ class LearnerConfig:
     policy_lr: float | None = None
     """Adam learning rate of the policy; None uses ``lr``. Fine-tuning a pretrained policy
     wants a smaller one than a critic learning from scratch."""
+    policy_lr_end: float = 1.0
+    """The policy's learning rate after ``max_groups`` groups as a fraction of its first one,
+    reached along a half cosine, as pretraining anneals: the last groups settle the policy
+    instead of wandering at the full rate. 1: constant. Needs ``max_groups`` (without one the
+    learner warns and keeps the rate constant)."""
     policy_ema: float = 0.0
     """Decay of a running (Polyak) average of the policy's weights, per actor update; the learner
     publishes and checkpoints the average instead of the last iterate (0.995: about the last
@@ -682,6 +687,8 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     out += _positive("learner.lr", lrn.lr)
     if lrn.policy_lr is not None:
         out += _positive("learner.policy_lr", lrn.policy_lr)
+    if not 0 <= lrn.policy_lr_end <= 1:
+        out.append(("learner.policy_lr_end", f"must be in [0, 1] (1: constant), got {lrn.policy_lr_end}"))
     if not 0 <= lrn.policy_ema < 1:
         out.append(("learner.policy_ema", f"must be in [0, 1), got {lrn.policy_ema}"))
     out += _positive("learner.online_capacity", lrn.online_capacity)

@@ -243,6 +243,11 @@ class Algorithm(Protocol):
         """The policy tensors to publish to actors after an update group."""
         ...
 
+    def set_progress(self, fraction: float) -> None:
+        """How far the run is through its update-group budget (0 at the start, 1 at the end),
+        told before every group when the budget is known: learning-rate schedules read it."""
+        ...
+
     def state_dict(self) -> Mapping[str, Any]:
         """Everything needed to resume: networks, optimisers, counters."""
         ...

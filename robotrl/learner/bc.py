@@ -21,6 +21,7 @@ class BehaviourCloning(PolicyTrainer):
         losses = [self._policy_step(self._batch(next_batch), None) for _ in range(n)]
         return {
             "policy_loss": sum(losses) / n,
+            "policy_lr": self.policy_lr,
             "actor_updates": float(n),
             "actor_updates_total": float(self.actor_updates),
         }

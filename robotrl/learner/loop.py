@@ -225,6 +225,10 @@ class Learner:
     def run(self, max_groups: int = 0) -> Counters:
         """Ingest and update until stopped or ``max_groups`` groups ran (0: until stopped)."""
         self.start_ingest()
+        if self.cfg.policy_lr_end < 1 and not self.cfg.max_groups:
+            log.warning(
+                "learner.policy_lr_end anneals over learner.max_groups, which is 0: the rate stays constant"
+            )
         if self.counters.weight_version > 0:
             self.publish()  # a resumed learner re-announces its policy under a new version
         done = 0
@@ -235,6 +239,8 @@ class Learner:
                     break
                 if self.prefetch and prefetcher is None:
                     prefetcher = Prefetcher(self.next_batch, self.prefetch)
+                if self.cfg.max_groups:  # a known budget: schedules follow the run's progress
+                    self.algorithm.set_progress(self.counters.groups / self.cfg.max_groups)
                 result = self.algorithm.update_group(prefetcher.get if prefetcher else self.next_batch)
                 self.counters.groups += 1
                 done += 1

@@ -24,6 +24,7 @@ After the asynchronous replay-anchored post-training of RAPolicy (see REFERENCE.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -101,11 +102,22 @@ class PolicyTrainer:
         self.policy, self.cfg, self.device = policy, cfg, device
         policy.to(device)
         self.policy_params = [p for p in policy.parameters() if p.requires_grad]
-        self.policy_opt = torch.optim.Adam(self.policy_params, lr=cfg.policy_lr or cfg.lr)
+        self.policy_lr = cfg.policy_lr or cfg.lr
+        """The policy's learning rate now (``set_progress`` anneals it)."""
+        self.policy_opt = torch.optim.Adam(self.policy_params, lr=self.policy_lr)
         self.policy_average = (
             WeightAverage(self.policy_params, cfg.policy_ema) if cfg.policy_ema > 0 else None
         )
         self.actor_updates = 0
+
+    def set_progress(self, fraction: float) -> None:
+        """Anneal the policy's learning rate from ``policy_lr`` to ``policy_lr x policy_lr_end``
+        along a half cosine over the run's budget."""
+        end = self.cfg.policy_lr_end
+        cosine = 0.5 * (1 + math.cos(math.pi * min(max(fraction, 0.0), 1.0)))
+        self.policy_lr = (self.cfg.policy_lr or self.cfg.lr) * (end + (1 - end) * cosine)
+        for group in self.policy_opt.param_groups:
+            group["lr"] = self.policy_lr
 
     def _batch(self, next_batch: NextBatch) -> dict[str, Any]:
         return to_torch(next_batch(), self.device)
@@ -249,6 +261,7 @@ class RAPI(PolicyTrainer):
             "weight": float(w.mean()),
             "weight_ess": effective_share(w[self._taught(batch, w)]),
             "beta": self.last_beta,
+            "policy_lr": self.policy_lr,
         }
 
     def update_group(self, next_batch: NextBatch) -> Mapping[str, float]:

@@ -205,3 +205,20 @@ def test_demonstration_prefixes_follow_the_policys_trained_max_delay():
     assert replay_spec(cfg, SPEC, 32, max_delay=5).max_delay == 5
     assert replay_spec(cfg, SPEC, 32).max_delay == 12
     assert replay_spec(cfg, SPEC, 8).max_delay == 7
+
+
+@pytest.mark.parametrize("algorithm", [AlgorithmKind.rapi, AlgorithmKind.bc])
+def test_the_policys_learning_rate_anneals_over_the_runs_group_budget(tmp_path, algorithm):
+    cfg = config(tmp_path, algorithm=algorithm, policy_lr=1e-3, policy_lr_end=0.1, max_groups=4)
+    inbox, outbox = QueueLink(), QueueLink()
+    for b in episodes(0, 6):
+        inbox.send(b)
+    learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
+    learner.run(max_groups=4)
+    lines = [json.loads(x) for x in (tmp_path / "run" / METRICS_FILE).read_text().splitlines()]
+    # before group g of 4: 1e-3 x (0.1 + 0.9 x half cosine of g / 4)
+    expected = [1e-3 * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * g / 4))) for g in range(4)]
+    np.testing.assert_allclose([x["policy_lr"] for x in lines], expected, rtol=1e-6)
+    assert learner.algorithm.policy_opt.param_groups[0]["lr"] == pytest.approx(expected[-1])
+    learner.online.close()
+    learner.anchor.close()

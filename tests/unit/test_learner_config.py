@@ -32,6 +32,8 @@ def test_learner_presets_compose():
         ("learner.prefetch_batches=-1", "learner.prefetch_batches"),
         ("learner.max_samples_per_insert=0", "learner.max_samples_per_insert"),
         ("learner.policy_lr=0", "learner.policy_lr"),
+        ("learner.policy_lr_end=1.5", "learner.policy_lr_end"),
+        ("learner.policy_lr_end=-0.1", "learner.policy_lr_end"),
     ],
 )
 def test_bad_learner_values_fail_naming_the_field(override, field):

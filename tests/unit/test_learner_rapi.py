@@ -316,6 +316,18 @@ def test_actor_weights_are_a_weighted_mean_and_the_policy_has_its_own_learning_r
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-7)
 
 
+def test_the_policys_learning_rate_follows_a_half_cosine_to_its_end_fraction():
+    algo = BehaviourCloning(MLPChunkPolicy(2, 4, 1), quick_cfg(policy_lr=1e-3, policy_lr_end=0.2), CPU)
+    rates = []
+    for fraction in (-0.5, 0.0, 0.5, 1.0, 3.0):  # clamped to the run: before it, the start; after, the end
+        algo.set_progress(fraction)
+        rates.append(algo.policy_opt.param_groups[0]["lr"])
+    np.testing.assert_allclose(rates, [1e-3, 1e-3, 6e-4, 2e-4, 2e-4])
+    constant = BehaviourCloning(MLPChunkPolicy(2, 4, 1), quick_cfg(policy_lr=1e-3), CPU)
+    constant.set_progress(0.9)
+    assert constant.policy_opt.param_groups[0]["lr"] == pytest.approx(1e-3)
+
+
 def bc_update(batch: dict, horizon: int) -> torch.Tensor:
     """A fresh (seeded) policy's parameters after one BC update group on ``batch``."""
     torch.manual_seed(0)
