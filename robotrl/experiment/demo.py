@@ -129,15 +129,14 @@ class Demo:
     # -- steps -------------------------------------------------------------------------
 
     def record(self) -> None:
-        cfg = self._offline(policy__kind=PolicyKind.expert)
-        argv = robotrl(
-            "record",
-            *config_overrides(cfg, ["env", "policy"]),
-            f"record.episodes={self.ex.demos}",
-            f"record.output_dir={self.demos}",
-            "record.overwrite=true",
-            f"seed={self.cfg.seed}",
+        """The record group travels whole, so ``record.miss_rate`` and the noise options reach it."""
+        cfg = self._offline(
+            policy__kind=PolicyKind.expert,
+            record__episodes=self.ex.demos,
+            record__output_dir=str(self.demos),
+            record__overwrite=True,
         )
+        argv = robotrl("record", *config_overrides(cfg, ["env", "policy", "record"]), f"seed={self.cfg.seed}")
         self.steps.run(f"record {self.ex.demos} expert demonstrations of {self.cfg.env.id}", self.demos, argv)
 
     def pretrain(self) -> None:

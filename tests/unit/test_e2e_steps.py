@@ -55,6 +55,14 @@ def _offline_step_argvs(demo: Demo, tmp_path: Path, monkeypatch) -> list[list[st
     return ran
 
 
+def test_the_recording_step_gets_every_record_option(tmp_path: Path, monkeypatch):
+    cfg = load_config(["experiment=demo", f"experiment.output_dir={tmp_path}", "record.miss_rate=0.3"])
+    demo = Demo(cfg, Console(file=open("/dev/null", "w")))  # noqa: SIM115
+    record = load_config(_offline_step_argvs(demo, tmp_path, monkeypatch)[0][4:]).record
+    assert record.miss_rate == 0.3 and record.overwrite
+    assert (record.episodes, record.output_dir) == (cfg.experiment.demos, str(tmp_path / "demos"))
+
+
 def test_a_scripted_takeover_helps_only_while_fine_tuning(tmp_path: Path, monkeypatch):
     takeovers = [
         "env.expert_takeover_ticks=120",
