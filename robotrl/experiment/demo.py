@@ -284,6 +284,9 @@ class Demo:
         self._report(evals, results, curve, recording)
         return 0
 
+    def _runs_each(self) -> str:
+        return f", {self.ex.repeats} runs each (pooled)" if self.ex.repeats > 1 else ""
+
     def _of_runs(self, run: int) -> str:
         """`` (run 2 of 3)`` when the experiment repeats its fine-tuning runs, else nothing."""
         return f" (run {run + 1} of {self.ex.repeats})" if self.ex.repeats > 1 else ""
@@ -349,7 +352,8 @@ class Demo:
             f"policy: built-in flow policy, size {c.policy.size.value}, chunks of {c.policy.horizon}; "
             f"strategy {c.actor.strategy.value} under {_latency(c)} inference latency (virtual time)\n"
             f"budget per algorithm: {ex.actors} actor(s) x {ex.online_episodes} online episodes, "
-            f"{ex.update_groups} learner update groups; evaluation on {ex.eval_episodes} fixed seeds\n"
+            f"{ex.update_groups} learner update groups{self._runs_each()}; "
+            f"evaluation on {ex.eval_episodes} fixed seeds\n"
             f"artefacts in {self.out} (delete it to start over; finished steps are reused)"
         )
 
