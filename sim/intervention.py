@@ -9,9 +9,9 @@ so :class:`ExpertTakeover` plays one, in any of three ways:
   the task's scripted expert drives the arm, from wherever the policy left it, to the
   episode's end;
 - **on a miss** (``on_miss``, pick-and-place): the moment the policy's jaws have closed on
-  nothing while the cube is still on the table (a grasp that missed), the expert takes
-  over, grasps the cube again and hands back once it has lifted it, as a person correcting
-  the grasp would;
+  nothing while the cube is still on the table (a grasp that missed), or once they have
+  stayed so ``miss_wait_ticks`` ticks, the expert takes over, grasps the cube again and
+  hands back once it has lifted it, as a person correcting the grasp would;
 - **before a miss** (``before_miss``, pick-and-place): the moment the policy's jaws start
   to close off the cube (the grip point more than ``OFF_CUBE_Z`` above its centre, or
   ``OFF_CUBE_XY`` to one side), before the cube is lifted: the expert opens the jaws,
@@ -65,14 +65,19 @@ class ExpertTakeover:
         after_ticks: int = 0,
         on_miss: bool = False,
         before_miss: bool = False,
+        miss_wait_ticks: int = 0,
     ) -> None:
-        if after_ticks < 0:
-            raise ValueError(f"after_ticks must be >= 0 (0: never), got {after_ticks}")
+        if after_ticks < 0 or miss_wait_ticks < 0:
+            raise ValueError(
+                f"after_ticks and miss_wait_ticks must be >= 0, got {after_ticks}, {miss_wait_ticks}"
+            )
         names = env.spec.state_names
         grasps = on_miss or before_miss
         if grasps and not {*CUBE_POSITION, GRIPPER} <= set(names):
             raise ValueError("a takeover on a missed grasp needs the cube's position in the state")
         self.env, self.after_ticks, self.on_miss, self.before_miss = env, after_ticks, on_miss, before_miss
+        self.miss_wait_ticks = miss_wait_ticks
+        self._shut_ticks = 0  # consecutive ticks the policy's jaws have been shut on nothing
         self._cube = [names.index(n) for n in CUBE_POSITION] if grasps else []
         self._gripper = names.index(GRIPPER) if grasps else -1
         self.expert = make_expert(env_id)
@@ -92,6 +97,7 @@ class ExpertTakeover:
     def reset(self, seed: int | None = None) -> Observation:
         self._obs = self.env.reset(seed)
         self._driving = self._until_end = self._corrected = self._opened = self._lifted = False
+        self._shut_ticks = 0
         return self._obs
 
     def step(self, action: FloatArray) -> StepResult:
@@ -173,9 +179,13 @@ class ExpertTakeover:
         return point
 
     def _missed_grasp(self, obs: Observation) -> bool:
+        """The jaws are shut on nothing with the cube on the table, and have been for more than
+        ``miss_wait_ticks`` ticks (the policy did not try again by itself)."""
         cube = self._cube_position(obs)
         assert cube is not None
-        return bool(obs.state[self._gripper] < JAWS_SHUT and cube[2] < CUBE_LIFTED)
+        shut = obs.state[self._gripper] < JAWS_SHUT and cube[2] < CUBE_LIFTED
+        self._shut_ticks = self._shut_ticks + 1 if shut else 0
+        return self._shut_ticks > self.miss_wait_ticks
 
     def close(self) -> None:
         self.env.close()

@@ -58,6 +58,7 @@ def make_env(cfg: EnvConfig, seed_offset: int = 0) -> RobotEnv:
             cfg.id,
             cfg.expert_takeover_ticks,
             on_miss=cfg.expert_takeover_on_miss,
+            miss_wait_ticks=cfg.expert_takeover_miss_wait_ticks,
             before_miss=cfg.expert_takeover_before_miss,
         )
     return sim

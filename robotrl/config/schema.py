@@ -101,6 +101,11 @@ class EnvConfig:
     cube is on the table, the scripted expert takes over, grasps it again and hands back once it
     has lifted it (once per episode), as a person correcting a missed grasp would; recorded as
     interventions. Evaluations in `robotrl experiment` always run without it."""
+    expert_takeover_miss_wait_ticks: int = 0
+    """With ``expert_takeover_on_miss``: the jaws must stay shut on nothing this many ticks in a
+    row before the expert takes over (0: at once), as a person waits to see whether the robot
+    tries again by itself. The state it was stuck in then starts the takeover, so the expert's
+    re-opening is learned from states the policy really reaches."""
     expert_takeover_before_miss: bool = False
     """Sim, pick-and-place only: as ``expert_takeover_on_miss``, but the moment the policy's jaws
     start to close off the cube (more than 1 cm above its centre or 2 cm to one side), before
@@ -949,6 +954,14 @@ def _takeover_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     e = cfg.env
     if e.expert_takeover_ticks < 0:
         return [("env.expert_takeover_ticks", f"must be >= 0 (0: never), got {e.expert_takeover_ticks}")]
+    wait = e.expert_takeover_miss_wait_ticks
+    if wait < 0 or (wait and not e.expert_takeover_on_miss):
+        return [
+            (
+                "env.expert_takeover_miss_wait_ticks",
+                f"must be >= 0 and needs expert_takeover_on_miss, got {wait}",
+            )
+        ]
     if not e.scripted_takeover:
         return []
     grasps = e.expert_takeover_on_miss or e.expert_takeover_before_miss

@@ -106,6 +106,7 @@ class Demo:
         return self._variant(
             env__expert_takeover_ticks=0,
             env__expert_takeover_on_miss=False,
+            env__expert_takeover_miss_wait_ticks=0,
             env__expert_takeover_before_miss=False,
             **changes,
         )

@@ -265,12 +265,17 @@ def test_a_scripted_takeover_drives_from_its_tick_and_reports_it_as_an_intervent
     env.close()
 
 
-def test_a_missed_grasp_is_corrected_by_the_expert_who_hands_back_once_the_cube_is_up():
+@pytest.mark.parametrize("wait", [0, 20])
+def test_a_missed_grasp_is_corrected_by_the_expert_who_hands_back_once_the_cube_is_up(wait: int):
     from robotrl.sim import make_env
     from robotrl.sim.envs import CUBE_LIFTED
 
     cfg = EnvConfig(
-        id="robotrl/SO101PickPlace-v0", cameras=[], privileged_state=True, expert_takeover_on_miss=True
+        id="robotrl/SO101PickPlace-v0",
+        cameras=[],
+        privileged_state=True,
+        expert_takeover_on_miss=True,
+        expert_takeover_miss_wait_ticks=wait,
     )
     env = make_env(cfg)
     obs = env.reset(seed=3)
@@ -286,9 +291,11 @@ def test_a_missed_grasp_is_corrected_by_the_expert_who_hands_back_once_the_cube_
         cube_z.append(float(step.observation.state[17]))
         if step.terminated or step.truncated:
             break
-    took_over = flags.index(True)  # as soon as the jaws are shut
+    took_over = flags.index(True)  # as soon as the jaws are shut, or once they stayed shut `wait` ticks
     handed_back = flags.index(False, took_over)
-    assert took_over < 10 and handed_back > took_over + 10  # the expert drove, then handed back ...
+    assert (
+        wait < took_over < wait + 10 and handed_back > took_over + 10
+    )  # the expert drove, then handed back ...
     assert cube_z[handed_back - 1] > CUBE_LIFTED  # ... with the cube lifted
     assert not any(flags[handed_back:])  # once per episode: what the policy does next is its own
     env.close()
