@@ -54,12 +54,14 @@ def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], pat
     fig, (ax_s, ax_l) = plt.subplots(1, 2, figsize=(12, 4.5))
     palette = {"rapi": "tab:blue", "bc": "tab:orange", "bc_demos": "tab:green"}
     for name, run_dir in runs.items():
-        colour = palette.get(name.partition("-run")[0])
+        algorithm, _, repeat = name.partition("-run")
+        colour, alpha = palette.get(algorithm), 0.45 if repeat else 1.0  # later runs fainter
         hist = online_history(run_dir)
         window = max(1, min(10, len(hist) // 4 or 1))
         curve = rolling(hist, window)
         if len(curve):
-            ax_s.plot(np.arange(window, len(hist) + 1), curve, color=colour, label=f"{name}: online")
+            ends = np.arange(window, len(hist) + 1)  # the episode each rolling window ends at
+            ax_s.plot(ends, curve, color=colour, alpha=alpha, label=f"{name}: online")
         if name in evals:
             e = evals[name]
             lo, hi = e["ci95"]
@@ -78,7 +80,7 @@ def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], pat
             points = [(m["group"], m[key]) for m in metrics if key in m]  # none during critic warm-up
             if points:
                 xs, ys = zip(*points, strict=True)
-                ax_l.plot(xs, ys, color=colour, linestyle=style, label=f"{name}: {label}")
+                ax_l.plot(xs, ys, color=colour, alpha=alpha, linestyle=style, label=f"{name}: {label}")
     if "pretrained" in evals:
         e = evals["pretrained"]
         lo, hi = e["ci95"]
