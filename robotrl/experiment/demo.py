@@ -40,7 +40,15 @@ from robotrl.config.schema import (
     demo_seed_problems,
 )
 from robotrl.core.types import OUTCOME_SUCCESS
-from robotrl.experiment.steps import STAMP, StepFailedError, Steps, config_overrides, robotrl, run_id
+from robotrl.experiment.steps import (
+    STAMP,
+    StepFailedError,
+    Steps,
+    config_overrides,
+    may_continue,
+    robotrl,
+    run_id,
+)
 
 RESULTS = "results.json"
 CURVE = "learning_curve.png"
@@ -152,6 +160,8 @@ class Demo:
         )
         size, steps = cfg.policy.size.value, self.ex.pretrain_steps
         title = f"pretrain the {size} policy ({steps} steps of behaviour cloning)"
+        if not may_continue(run_dir, argv, [self.demos], growing="pretrain.steps="):
+            shutil.rmtree(run_dir)  # new demonstrations or settings: resuming would keep the old training
         self.steps.run(title, run_dir, argv, inputs=[self.demos])
 
     def evaluate(self, name: str, policy: Path, label: str, made_by: Path) -> dict[str, Any]:

@@ -134,6 +134,22 @@ def write_stamp(out_dir: Path, key: dict[str, Any], seconds: float) -> None:
     (out_dir / STAMP).write_text(json.dumps(record, indent=1))
 
 
+def may_continue(out_dir: Path, argv: Sequence[str], inputs: Sequence[Path], growing: str) -> bool:
+    """Whether a step may resume the run left in ``out_dir`` (pretraining continues from its
+    checkpoint): yes when that run was interrupted before its stamp, or made from the same inputs
+    by the same command but for the override starting ``growing`` (say, more steps); no when an
+    input was rebuilt or another setting changed, which a resumed run would silently ignore."""
+    recorded = _read_stamp(out_dir / STAMP)
+    if recorded is None:
+        return True
+    key = step_key(argv, {str(p): run_id(p) for p in inputs})
+
+    def fixed(args: Sequence[str]) -> list[str]:
+        return [a for a in args if not a.startswith(growing)]
+
+    return recorded.get("inputs") == key["inputs"] and fixed(recorded.get("argv", [])) == fixed(key["argv"])
+
+
 def _read_stamp(stamp: Path) -> dict[str, Any] | None:
     try:
         recorded = json.loads(stamp.read_text())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,15 @@ from robotrl.config.load import ConfigError, load_config
 from robotrl.config.schema import AlgorithmKind, demo_seed_problems, parse_latency
 from robotrl.experiment.demo import Demo
 from robotrl.experiment.main import main as experiment_main
-from robotrl.experiment.steps import Steps, config_overrides, hydra_value
+from robotrl.experiment.steps import (
+    STAMP,
+    Steps,
+    config_overrides,
+    hydra_value,
+    run_id,
+    step_key,
+    write_stamp,
+)
 from robotrl.experiment.sweep import difference_interval, findings, ran_every_episode
 
 GROUPS = ("env", "policy", "actor", "learner", "transport")
@@ -229,6 +238,37 @@ def test_a_step_runs_again_when_a_step_it_reads_from_ran_again(tmp_path: Path):
     steps.run("pretrain longer", upstream, step("p", "# more steps"))
     assert not steps.run("eval of the new policy", downstream, step("e"), inputs=[upstream]).cached
     assert marker.read_text() == "pepe"
+
+
+def test_pretraining_resumes_only_a_run_of_the_same_demonstrations_and_settings(tmp_path: Path, monkeypatch):
+    cfg = load_config(["experiment=demo", f"experiment.output_dir={tmp_path}"])
+    demo = Demo(cfg, Console(file=open("/dev/null", "w")))  # noqa: SIM115
+    commands: list[list[str]] = []
+    resumable: list[bool] = []
+
+    def fake_step(title: str, out: Path, argv: list[str], inputs: Sequence[Path] = ()) -> None:
+        commands.append(argv)
+        resumable.append((out / "pretrain_state").exists())  # a real step resumes from it
+        write_stamp(out, step_key(argv, {str(p): run_id(p) for p in inputs}), 1.0)
+        (out / "pretrain_state").mkdir(exist_ok=True)
+
+    def pretrain_leaves_a_checkpoint() -> bool:
+        """Pretrain; whether the checkpoint of the run before was still there for it to resume."""
+        demo.pretrain()
+        return resumable[-1]
+
+    monkeypatch.setattr(demo.steps, "run", fake_step)
+    write_stamp(demo.demos, step_key(["record"], {}), 1.0)
+    assert not pretrain_leaves_a_checkpoint()
+    demo.ex.pretrain_steps += 2000  # pretraining longer continues the run
+    assert pretrain_leaves_a_checkpoint()
+    write_stamp(demo.demos, step_key(["record", "record.miss_rate=0.3"], {}), 1.0)  # new demonstrations
+    assert not pretrain_leaves_a_checkpoint()
+    demo.cfg.pretrain.lr *= 2  # another setting
+    assert not pretrain_leaves_a_checkpoint()
+    interrupted = commands[-1]
+    (tmp_path / "pretrain" / STAMP).unlink()  # a run stopped before its stamp resumes
+    assert pretrain_leaves_a_checkpoint() and commands[-1] == interrupted
 
 
 def test_latency_specs_parse():
