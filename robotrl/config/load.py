@@ -85,9 +85,14 @@ def to_config(composed: DictConfig) -> RobotRLConfig:
         raise ConfigError(f"bad config: the root is {type(cfg).__name__}, not RobotRLConfig")
     wrong = problems(cfg)
     if wrong:
-        lines = "\n".join(f"  {name}: {msg}" for name, msg in wrong)
-        raise ConfigError(f"bad config:\n{lines}")
+        raise problems_error(wrong)
     return cfg
+
+
+def problems_error(wrong: list[tuple[str, str]]) -> ConfigError:
+    """One :class:`ConfigError` naming every ``(field, problem)`` of ``wrong``, one per line."""
+    lines = "\n".join(f"  {name}: {msg}" for name, msg in wrong)
+    return ConfigError(f"bad config:\n{lines}")
 
 
 def load_config(overrides: Sequence[str] = ()) -> RobotRLConfig:

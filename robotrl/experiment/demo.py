@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from robotrl.actor.report import outcome_text, pool_summaries
-from robotrl.config.load import ConfigError
+from robotrl.config.load import problems_error
 from robotrl.config.schema import (
     FINETUNE_RUNS,
     PolicyKind,
@@ -454,5 +454,5 @@ def export_policy(pretrained: Path, run_dir: Path, target: Path) -> None:
 def run_demo(cfg: RobotRLConfig) -> int:
     wrong = demo_seed_problems(cfg)
     if wrong:
-        raise ConfigError("bad config:\n" + "\n".join(f"  {name}: {msg}" for name, msg in wrong))
+        raise problems_error(wrong)
     return Demo(cfg, Console()).run()

@@ -92,7 +92,7 @@ class Steps:
         """
         self.done += 1
         head = f"[bold cyan][{self.done}/{self.total}][/] {title}"
-        key = step_key(argv, {str(p): run_id(p) for p in inputs})
+        key = key_of(argv, inputs)
         if is_cached(out_dir, key):
             self.console.print(f"{head}: [green]cached[/] ({out_dir})")
             self.seconds[title] = 0.0
@@ -123,6 +123,11 @@ def step_key(argv: Sequence[str], inputs: dict[str, str | None]) -> dict[str, An
     return {"argv": list(argv[1:]), "inputs": inputs}
 
 
+def key_of(argv: Sequence[str], inputs: Sequence[Path]) -> dict[str, Any]:
+    """:func:`step_key` of ``argv`` reading the output folders ``inputs`` as they are now."""
+    return step_key(argv, {str(p): run_id(p) for p in inputs})
+
+
 def is_cached(out_dir: Path, key: dict[str, Any]) -> bool:
     return _stamp_matches(out_dir / STAMP, key)
 
@@ -142,7 +147,7 @@ def may_continue(out_dir: Path, argv: Sequence[str], inputs: Sequence[Path], gro
     recorded = _read_stamp(out_dir / STAMP)
     if recorded is None:
         return True
-    key = step_key(argv, {str(p): run_id(p) for p in inputs})
+    key = key_of(argv, inputs)
 
     def fixed(args: Sequence[str]) -> list[str]:
         return [a for a in args if not a.startswith(growing)]
