@@ -20,7 +20,11 @@ so :class:`ExpertTakeover` plays one, in any of three ways:
   pretrained policy, most failed grasps closed 1.3-1.9 cm too high (taking the cube's top
   edge) and every successful one within 0.6 cm of its centre height.
 
-A grasp is corrected once per episode, by whichever trigger fires first.
+A grasp is corrected once per episode, by whichever trigger fires first. With
+``reopen_only`` the expert hands back sooner, once its jaws are open again above the cube
+(hovering over it after a miss, or as it starts to descend before one), as a person who only
+pulls the gripper off a bad grasp would: the policy then grasps again by itself, so the
+fine-tuning data holds its own second tries (and their outcomes) rather than the expert's.
 
 It reports exactly what the real arm reports during an intervention: the action that
 ran (``info["executed"]``) and ``info["intervention"]``.
@@ -66,6 +70,7 @@ class ExpertTakeover:
         on_miss: bool = False,
         before_miss: bool = False,
         miss_wait_ticks: int = 0,
+        reopen_only: bool = False,
     ) -> None:
         if after_ticks < 0 or miss_wait_ticks < 0:
             raise ValueError(
@@ -76,7 +81,9 @@ class ExpertTakeover:
         if grasps and not {*CUBE_POSITION, GRIPPER} <= set(names):
             raise ValueError("a takeover on a missed grasp needs the cube's position in the state")
         self.env, self.after_ticks, self.on_miss, self.before_miss = env, after_ticks, on_miss, before_miss
-        self.miss_wait_ticks = miss_wait_ticks
+        self.miss_wait_ticks, self.reopen_only = miss_wait_ticks, reopen_only
+        if reopen_only and not grasps:
+            raise ValueError("reopen_only needs a takeover on a missed grasp (on_miss or before_miss)")
         self._shut_ticks = 0  # consecutive ticks the policy's jaws have been shut on nothing
         self._cube = [names.index(n) for n in CUBE_POSITION] if grasps else []
         self._gripper = names.index(GRIPPER) if grasps else -1
@@ -115,8 +122,8 @@ class ExpertTakeover:
 
     def _update(self, obs: Observation) -> None:
         """Take over, or hand back, before the step from ``obs``."""
-        if self._driving and not self._until_end and self._expert_lifted(obs):
-            self._driving = False  # the cube is in the gripper again: the policy carries on
+        if self._driving and not self._until_end and self._grasp_corrected(obs):
+            self._driving = False  # the policy carries on
         if self._until_end:
             return
         if self.after_ticks and obs.tick >= self.after_ticks:
@@ -139,6 +146,18 @@ class ExpertTakeover:
             else:
                 self.expert.reset()
         self._driving, self._until_end = True, until_end
+
+    def _grasp_corrected(self, obs: Observation) -> bool:
+        """The expert got as far as it should: the cube lifted, or with ``reopen_only`` the jaws
+        open above it."""
+        return self._expert_reopened(obs) if self.reopen_only else self._expert_lifted(obs)
+
+    def _expert_reopened(self, obs: Observation) -> bool:
+        """The expert's approach is over (it hovers above the cube, or starts its descent onto
+        it) and its jaws are open."""
+        assert isinstance(self.expert, PickPlaceExpert)
+        above = self.expert.phase >= self.expert.PHASES.index("descend")
+        return above and float(obs.state[self._gripper]) > JAWS_OPEN
 
     def _expert_lifted(self, obs: Observation) -> bool:
         """The expert finished its lift with the cube up (else it grasps again itself)."""

@@ -60,5 +60,6 @@ def make_env(cfg: EnvConfig, seed_offset: int = 0) -> RobotEnv:
             on_miss=cfg.expert_takeover_on_miss,
             miss_wait_ticks=cfg.expert_takeover_miss_wait_ticks,
             before_miss=cfg.expert_takeover_before_miss,
+            reopen_only=cfg.expert_takeover_reopen_only,
         )
     return sim

@@ -110,6 +110,10 @@ class EnvConfig:
     """Sim, pick-and-place only: as ``expert_takeover_on_miss``, but the moment the policy's jaws
     start to close off the cube (more than 1 cm above its centre or 2 cm to one side), before
     the miss: the expert descends onto the cube, grasps it and hands back once it has lifted it."""
+    expert_takeover_reopen_only: bool = False
+    """With ``expert_takeover_on_miss`` or ``_before_miss``: the expert only pulls the jaws off the
+    bad grasp and hands back once they are open above the cube; the policy grasps again by
+    itself (its second try, not the expert's, is then in the fine-tuning data)."""
 
     @property
     def scripted_takeover(self) -> bool:
@@ -962,9 +966,16 @@ def _takeover_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
                 f"must be >= 0 and needs expert_takeover_on_miss, got {wait}",
             )
         ]
+    grasps = e.expert_takeover_on_miss or e.expert_takeover_before_miss
+    if e.expert_takeover_reopen_only and not grasps:
+        return [
+            (
+                "env.expert_takeover_reopen_only",
+                "needs expert_takeover_on_miss or expert_takeover_before_miss",
+            )
+        ]
     if not e.scripted_takeover:
         return []
-    grasps = e.expert_takeover_on_miss or e.expert_takeover_before_miss
     switched_on = (
         ("on_miss", e.expert_takeover_on_miss),
         ("before_miss", e.expert_takeover_before_miss),

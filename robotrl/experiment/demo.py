@@ -24,6 +24,7 @@ import json
 import shutil
 import tempfile
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from robotrl.actor.report import outcome_text, pool_summaries
 from robotrl.config.load import problems_error
 from robotrl.config.schema import (
     FINETUNE_RUNS,
+    EnvConfig,
     PolicyKind,
     RobotRLConfig,
     demo_online_seeds,
@@ -111,13 +113,10 @@ class Demo:
         """:meth:`_variant` for every step but fine-tuning: no scripted takeover
         (``env.expert_takeover_*``), so evaluations measure the policy alone and turning
         takeovers on or off reuses the demonstrations, pretraining and evaluations."""
-        return self._variant(
-            env__expert_takeover_ticks=0,
-            env__expert_takeover_on_miss=False,
-            env__expert_takeover_miss_wait_ticks=0,
-            env__expert_takeover_before_miss=False,
-            **changes,
-        )
+        no_takeover = {
+            f"env__{f.name}": f.default for f in fields(EnvConfig) if f.name.startswith("expert_takeover_")
+        }
+        return self._variant(**no_takeover, **changes)
 
     def _eval_noise_scale(self) -> float:
         """The evaluations' inference temperature: ``experiment.eval_noise_scale``, else the policy's."""

@@ -108,6 +108,7 @@ def test_unknown_preset_lists_the_available_ones_without_schemas():
             "env.expert_takeover_on_miss=true",
         ],
         ["env=so101_pick_place", "env.privileged_state=true", "env.expert_takeover_miss_wait_ticks=30"],
+        ["env=so101_pick_place", "env.privileged_state=true", "env.expert_takeover_reopen_only=true"],
         [
             "env=so101_pick_place",
             "env.privileged_state=true",

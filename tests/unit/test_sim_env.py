@@ -301,6 +301,40 @@ def test_a_missed_grasp_is_corrected_by_the_expert_who_hands_back_once_the_cube_
     env.close()
 
 
+def test_a_reopen_only_takeover_hands_back_with_the_jaws_open_above_the_cube():
+    from robotrl.sim import make_env
+    from robotrl.sim.envs import CUBE_LIFTED
+    from robotrl.sim.intervention import JAWS_OPEN
+    from robotrl.sim.scene import CUBE_HALF
+
+    cfg = EnvConfig(
+        id="robotrl/SO101PickPlace-v0",
+        cameras=[],
+        privileged_state=True,
+        expert_takeover_on_miss=True,
+        expert_takeover_reopen_only=True,
+    )
+    env = make_env(cfg)
+    obs = env.reset(seed=3)
+    shut = np.array(obs.state[:6], copy=True)
+    shut[5] = 0.0  # the policy shuts its jaws far from the cube: a missed grasp
+    steps = []
+    for _ in range(200):
+        steps.append(env.step(shut))
+        if steps[-1].terminated or steps[-1].truncated:
+            break
+    flags = [bool(s.info.get("intervention", False)) for s in steps]
+    took_over = flags.index(True)
+    handed_back = flags.index(False, took_over)
+    state = np.asarray(steps[handed_back - 1].observation.state)
+    assert took_over < 10 and handed_back > took_over + 5  # the expert re-opened and rose ...
+    assert state[5] > JAWS_OPEN and state[17] < CUBE_LIFTED  # ... jaws open, cube still down ...
+    assert not any(flags[handed_back:])  # ... and the second grasp is the policy's own
+    assert float(steps[-1].observation.state[5]) < JAWS_OPEN  # whose shut jaws then miss again
+    assert float(state[17]) == pytest.approx(CUBE_HALF, abs=0.01)
+    env.close()
+
+
 def _grasp_under_a_takeover_before_a_miss(high_by: float, aside_by: float) -> tuple[list, list]:
     """The scripted expert plays the policy, closing its first grasp ``high_by`` m above the cube's
     centre and ``aside_by`` m to one side: (intervention flags, cube heights) per tick."""
