@@ -92,13 +92,14 @@ def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], pat
         ylim=(-0.02, 1.02),
         title="success: online (rolling) and fixed-seed evaluation",
     )
-    ax_s.legend(fontsize=8, loc="upper right")
+    # below the axes: inside, the legend hides the evaluation points at the curves' right end
+    ax_s.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     ax_l.set(xlabel="learner update group", ylabel="loss", title="learner losses")
     ax_l.set_yscale("log")
-    ax_l.legend(fontsize=8)
+    ax_l.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
