@@ -20,7 +20,8 @@ so :class:`ExpertTakeover` plays one, in any of three ways:
   pretrained policy, most failed grasps closed 1.3-1.9 cm too high (taking the cube's top
   edge) and every successful one within 0.6 cm of its centre height.
 
-A grasp is corrected once per episode, by whichever trigger fires first. With
+A grasp is corrected at most ``max_corrections`` times per episode (by default once), by
+whichever trigger fires first. With
 ``reopen_only`` the expert hands back sooner, once its jaws are open again above the cube
 (hovering over it after a miss, or as it starts to descend before one), as a person who only
 pulls the gripper off a bad grasp would: the policy then grasps again by itself, so the
@@ -71,10 +72,12 @@ class ExpertTakeover:
         before_miss: bool = False,
         miss_wait_ticks: int = 0,
         reopen_only: bool = False,
+        max_corrections: int = 1,
     ) -> None:
-        if after_ticks < 0 or miss_wait_ticks < 0:
+        if after_ticks < 0 or miss_wait_ticks < 0 or max_corrections < 1:
             raise ValueError(
-                f"after_ticks and miss_wait_ticks must be >= 0, got {after_ticks}, {miss_wait_ticks}"
+                "after_ticks and miss_wait_ticks must be >= 0 and max_corrections >= 1, got "
+                f"{after_ticks}, {miss_wait_ticks}, {max_corrections}"
             )
         names = env.spec.state_names
         grasps = on_miss or before_miss
@@ -82,6 +85,7 @@ class ExpertTakeover:
             raise ValueError("a takeover on a missed grasp needs the cube's position in the state")
         self.env, self.after_ticks, self.on_miss, self.before_miss = env, after_ticks, on_miss, before_miss
         self.miss_wait_ticks, self.reopen_only = miss_wait_ticks, reopen_only
+        self.max_corrections = max_corrections
         if reopen_only and not grasps:
             raise ValueError("reopen_only needs a takeover on a missed grasp (on_miss or before_miss)")
         self._shut_ticks = 0  # consecutive ticks the policy's jaws have been shut on nothing
@@ -93,7 +97,7 @@ class ExpertTakeover:
         self._obs: Observation | None = None
         self._driving = False  # the expert has the arm
         self._until_end = False  # ... to the episode's end (late), or until it lifts the cube (miss)
-        self._corrected = False  # a grasp is corrected once per episode
+        self._corrections = 0  # grasps the expert corrected this episode
         self._opened = False  # the policy's jaws have opened for a grasp
         self._lifted = False  # the cube has been lifted this episode
 
@@ -103,8 +107,8 @@ class ExpertTakeover:
 
     def reset(self, seed: int | None = None) -> Observation:
         self._obs = self.env.reset(seed)
-        self._driving = self._until_end = self._corrected = self._opened = self._lifted = False
-        self._shut_ticks = 0
+        self._driving = self._until_end = self._opened = self._lifted = False
+        self._shut_ticks = self._corrections = 0
         return self._obs
 
     def step(self, action: FloatArray) -> StepResult:
@@ -129,13 +133,13 @@ class ExpertTakeover:
         if self.after_ticks and obs.tick >= self.after_ticks:
             self._take_over(until_end=True)
             return
-        if self._driving or self._corrected:
+        if self._driving or self._corrections >= self.max_corrections:
             return
         if self.on_miss and self._missed_grasp(obs):
-            self._corrected = True
+            self._corrections += 1
             self._take_over(until_end=False)
         elif self.before_miss and self._closing_off_the_cube(obs):
-            self._corrected = True
+            self._corrections += 1
             self._take_over(until_end=False, descend=self._above_cube(obs))
 
     def _take_over(self, until_end: bool, descend: bool = False) -> None:

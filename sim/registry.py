@@ -61,5 +61,6 @@ def make_env(cfg: EnvConfig, seed_offset: int = 0) -> RobotEnv:
             miss_wait_ticks=cfg.expert_takeover_miss_wait_ticks,
             before_miss=cfg.expert_takeover_before_miss,
             reopen_only=cfg.expert_takeover_reopen_only,
+            max_corrections=cfg.expert_takeover_max_corrections,
         )
     return sim

@@ -114,6 +114,10 @@ class EnvConfig:
     """With ``expert_takeover_on_miss`` or ``_before_miss``: the expert only pulls the jaws off the
     bad grasp and hands back once they are open above the cube; the policy grasps again by
     itself (its second try, not the expert's, is then in the fine-tuning data)."""
+    expert_takeover_max_corrections: int = 1
+    """With ``expert_takeover_on_miss`` or ``_before_miss``: grasps the expert corrects per
+    episode at most. After the last one a policy that misses again stays stuck, and its
+    shut-on-nothing ticks fill the buffers the learner imitates."""
 
     @property
     def scripted_takeover(self) -> bool:
@@ -967,6 +971,13 @@ def _takeover_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
             )
         ]
     grasps = e.expert_takeover_on_miss or e.expert_takeover_before_miss
+    if e.expert_takeover_max_corrections < 1:
+        return [
+            (
+                "env.expert_takeover_max_corrections",
+                f"must be >= 1, got {e.expert_takeover_max_corrections}",
+            )
+        ]
     if e.expert_takeover_reopen_only and not grasps:
         return [
             (

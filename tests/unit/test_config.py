@@ -115,6 +115,12 @@ def test_unknown_preset_lists_the_available_ones_without_schemas():
             "env.expert_takeover_on_miss=true",
             "env.expert_takeover_miss_wait_ticks=-1",
         ],
+        [
+            "env=so101_pick_place",
+            "env.privileged_state=true",
+            "env.expert_takeover_on_miss=true",
+            "env.expert_takeover_max_corrections=0",
+        ],
     ],
 )
 def test_a_takeover_on_a_missed_grasp_needs_the_simulated_pick_and_place_with_the_cube_pose(overrides):

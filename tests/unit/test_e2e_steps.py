@@ -79,6 +79,7 @@ def test_a_scripted_takeover_helps_only_while_fine_tuning(tmp_path: Path, monkey
         "env.expert_takeover_miss_wait_ticks=30",
         "env.expert_takeover_before_miss=true",
         "env.expert_takeover_reopen_only=true",
+        "env.expert_takeover_max_corrections=3",
     ]
     cfg = load_config(["experiment=demo", f"experiment.output_dir={tmp_path}", *takeovers])
     demo = Demo(cfg, Console(file=open("/dev/null", "w")))  # noqa: SIM115
@@ -88,12 +89,13 @@ def test_a_scripted_takeover_helps_only_while_fine_tuning(tmp_path: Path, monkey
         True,
         True,
     )
-    assert env.expert_takeover_reopen_only
+    assert env.expert_takeover_reopen_only and env.expert_takeover_max_corrections == 3
     for argv in _offline_step_argvs(demo, tmp_path, monkeypatch):
         assert "env.expert_takeover_ticks=0" in argv and "env.expert_takeover_on_miss=false" in argv
         assert "env.expert_takeover_before_miss=false" in argv
         assert "env.expert_takeover_miss_wait_ticks=0" in argv
         assert "env.expert_takeover_reopen_only=false" in argv
+        assert "env.expert_takeover_max_corrections=1" in argv
 
 
 def test_evaluations_sample_at_the_evaluation_temperature_while_fine_tuning_explores(

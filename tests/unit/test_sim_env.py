@@ -335,6 +335,33 @@ def test_a_reopen_only_takeover_hands_back_with_the_jaws_open_above_the_cube():
     env.close()
 
 
+@pytest.mark.parametrize("max_corrections", [1, 2])
+def test_the_expert_corrects_at_most_max_corrections_grasps_per_episode(max_corrections: int):
+    from robotrl.sim import make_env
+
+    cfg = EnvConfig(
+        id="robotrl/SO101PickPlace-v0",
+        cameras=[],
+        privileged_state=True,
+        expert_takeover_on_miss=True,
+        expert_takeover_reopen_only=True,  # short takeovers: several fit in one episode
+        expert_takeover_max_corrections=max_corrections,
+    )
+    env = make_env(cfg)
+    obs = env.reset(seed=3)
+    shut = np.array(obs.state[:6], copy=True)
+    shut[5] = 0.0  # the policy misses every grasp it is handed back
+    flags = []
+    while True:
+        step = env.step(shut)
+        flags.append(bool(step.info.get("intervention", False)))
+        if step.terminated or step.truncated:
+            break
+    takeovers = sum(1 for before, now in zip([False, *flags], flags, strict=False) if now and not before)
+    assert takeovers == max_corrections
+    env.close()
+
+
 def _grasp_under_a_takeover_before_a_miss(high_by: float, aside_by: float) -> tuple[list, list]:
     """The scripted expert plays the policy, closing its first grasp ``high_by`` m above the cube's
     centre and ``aside_by`` m to one side: (intervention flags, cube heights) per tick."""
