@@ -21,11 +21,11 @@ so :class:`ExpertTakeover` plays one, in any of three ways:
   edge) and every successful one within 0.6 cm of its centre height.
 
 A grasp is corrected at most ``max_corrections`` times per episode (by default once), by
-whichever trigger fires first. With
-``reopen_only`` the expert hands back sooner, once its jaws are open again above the cube
-(hovering over it after a miss, or as it starts to descend before one), as a person who only
-pulls the gripper off a bad grasp would: the policy then grasps again by itself, so the
-fine-tuning data holds its own second tries (and their outcomes) rather than the expert's.
+whichever trigger fires first. With ``reopen_only`` the expert hands back sooner, once its
+jaws are open again above the cube (hovering over it after a miss, or as it starts to descend
+before one), as a person who only pulls the gripper off a bad grasp would: the policy then
+grasps again by itself, so the fine-tuning data holds its own second tries (and their
+outcomes) rather than the expert's.
 
 It reports exactly what the real arm reports during an intervention: the action that
 ran (``info["executed"]``) and ``info["intervention"]``.
