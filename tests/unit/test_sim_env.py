@@ -301,65 +301,55 @@ def test_a_missed_grasp_is_corrected_by_the_expert_who_hands_back_once_the_cube_
     env.close()
 
 
-def test_a_reopen_only_takeover_hands_back_with_the_jaws_open_above_the_cube():
+def _shutting_jaws_on_air_under_a_takeover(**takeover: bool | int) -> list[StepResult]:
+    """A policy that shuts its jaws far from the cube at every tick it drives (a missed grasp,
+    then another after every hand-back), under an on-miss takeover: the episode's steps."""
     from robotrl.sim import make_env
-    from robotrl.sim.envs import CUBE_LIFTED
-    from robotrl.sim.intervention import JAWS_OPEN
-    from robotrl.sim.scene import CUBE_HALF
 
     cfg = EnvConfig(
         id="robotrl/SO101PickPlace-v0",
         cameras=[],
         privileged_state=True,
         expert_takeover_on_miss=True,
-        expert_takeover_reopen_only=True,
+        **takeover,
     )
     env = make_env(cfg)
     obs = env.reset(seed=3)
     shut = np.array(obs.state[:6], copy=True)
-    shut[5] = 0.0  # the policy shuts its jaws far from the cube: a missed grasp
-    steps = []
-    for _ in range(200):
+    shut[5] = 0.0
+    steps = [env.step(shut)]
+    while not (steps[-1].terminated or steps[-1].truncated):
         steps.append(env.step(shut))
-        if steps[-1].terminated or steps[-1].truncated:
-            break
+    env.close()
+    return steps
+
+
+def test_a_reopen_only_takeover_hands_back_with_the_jaws_open_above_the_cube():
+    from robotrl.sim.envs import CUBE_LIFTED
+    from robotrl.sim.intervention import JAWS_OPEN
+    from robotrl.sim.scene import CUBE_HALF
+
+    steps = _shutting_jaws_on_air_under_a_takeover(expert_takeover_reopen_only=True)
     flags = [bool(s.info.get("intervention", False)) for s in steps]
     took_over = flags.index(True)
     handed_back = flags.index(False, took_over)
     state = np.asarray(steps[handed_back - 1].observation.state)
     assert took_over < 10 and handed_back > took_over + 5  # the expert re-opened and rose ...
     assert state[5] > JAWS_OPEN and state[17] < CUBE_LIFTED  # ... jaws open, cube still down ...
-    assert not any(flags[handed_back:])  # ... and the second grasp is the policy's own
-    assert float(steps[-1].observation.state[5]) < JAWS_OPEN  # whose shut jaws then miss again
     assert float(state[17]) == pytest.approx(CUBE_HALF, abs=0.01)
-    env.close()
+    assert not any(flags[handed_back:])  # ... and the second grasp is the policy's own,
+    assert float(steps[-1].observation.state[5]) < JAWS_OPEN  # which misses again
 
 
 @pytest.mark.parametrize("max_corrections", [1, 2])
 def test_the_expert_corrects_at_most_max_corrections_grasps_per_episode(max_corrections: int):
-    from robotrl.sim import make_env
-
-    cfg = EnvConfig(
-        id="robotrl/SO101PickPlace-v0",
-        cameras=[],
-        privileged_state=True,
-        expert_takeover_on_miss=True,
+    steps = _shutting_jaws_on_air_under_a_takeover(
         expert_takeover_reopen_only=True,  # short takeovers: several fit in one episode
         expert_takeover_max_corrections=max_corrections,
     )
-    env = make_env(cfg)
-    obs = env.reset(seed=3)
-    shut = np.array(obs.state[:6], copy=True)
-    shut[5] = 0.0  # the policy misses every grasp it is handed back
-    flags = []
-    while True:
-        step = env.step(shut)
-        flags.append(bool(step.info.get("intervention", False)))
-        if step.terminated or step.truncated:
-            break
+    flags = [bool(s.info.get("intervention", False)) for s in steps]
     takeovers = sum(1 for before, now in zip([False, *flags], flags, strict=False) if now and not before)
     assert takeovers == max_corrections
-    env.close()
 
 
 def _grasp_under_a_takeover_before_a_miss(high_by: float, aside_by: float) -> tuple[list, list]:
