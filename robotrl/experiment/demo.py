@@ -377,7 +377,8 @@ class Demo:
             f"noise scale {self._eval_noise_scale():g}"
         )
         columns = ["policy", "success", "95% CI", *(["per run"] if repeats > 1 else [])]
-        for col in (*columns, "time to success", "jerk RMS", "starved ticks"):
+        # per episode: a pooled row counts K times the episodes of the pretrained one
+        for col in (*columns, "time to success", "jerk RMS", "starved ticks / episode"):
             table.add_column(col, justify="right" if col != "policy" else "left")
         names = {
             "pretrained": "pretrained (BC on demos)",
@@ -398,7 +399,7 @@ class Demo:
                 *([", ".join(f"{r:.1%}" for r in e.get("runs", []))] if repeats > 1 else []),
                 "-" if tts is None else f"{tts:.2f} s",
                 f"{e['jerk_rms']:.0f}",
-                str(e["starved_ticks"]),
+                f"{e['starved_ticks'] / e['episodes']:.2f}",
             )
         self.console.print(table)
         failures = {name: e["outcomes"] for name, e in evals.items() if e.get("outcomes")}
@@ -406,7 +407,7 @@ class Demo:
             self.console.print("how the failed episodes ended:")
             for name, outcomes in failures.items():
                 failed = outcome_text(outcomes, skip=OUTCOME_SUCCESS)
-                self.console.print(f"  {names.get(name, name)}: {failed}")
+                self.console.print(f"  {names.get(name, name)} (of {evals[name]['episodes']}): {failed}")
         for baseline in ("bc", "bc_demos"):
             if "rapi" in evals and baseline in evals:
                 self.console.print(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Sequence
@@ -156,7 +157,8 @@ def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path:
             "experiment.rerun_episodes=0",
         ]
     )
-    demo = Demo(cfg, Console(file=open("/dev/null", "w")))  # noqa: SIM115
+    printed = io.StringIO()
+    demo = Demo(cfg, Console(file=printed, width=200))
     launched: dict[str, list[str]] = {}
     wins = iter([5, 6, 4, 10, 6])  # pretrained, then rapi run 1, bc run 1, rapi run 2, bc run 2
 
@@ -187,6 +189,9 @@ def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path:
     assert results["per_policy"]["rapi"]["runs"] == [0.6, 1.0]
     assert results["per_policy"]["bc"]["episodes"] == 20
     assert results["ci95"]["after"] == [round(b, 4) for b in wilson_interval(16, 20)]
+    # 3 starved ticks in each run's 10 episodes: the pooled rows (20 episodes) read as the pretrained one
+    assert "starved ticks / episode" in printed.getvalue() and printed.getvalue().count(" 0.30 ") == 3
+    assert "+ online RAPI (of 20): 4 x" in printed.getvalue()
 
 
 def test_the_online_seeds_of_every_run_stay_clear_of_the_evaluation_seeds(tmp_path: Path, capsys):
