@@ -350,6 +350,7 @@ class Demo:
                 "eval_seeds": [self.ex.eval_seed, self.ex.eval_seed + self.ex.eval_episodes - 1],
             },
             "step_seconds": self.steps.seconds,
+            "cached_steps": self.steps.cached,
         }
 
     def _intro(self) -> None:

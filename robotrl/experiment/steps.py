@@ -82,6 +82,9 @@ class Steps:
         self.done = 0
         self.console = console
         self.seconds: dict[str, float] = {}
+        """Wall seconds of each step this run executed (a failed one included)."""
+        self.cached: list[str] = []
+        """Steps reused from an earlier run: they took no time in this one."""
 
     def run(self, title: str, out_dir: Path, argv: Sequence[str], inputs: Sequence[Path] = ()) -> StepResult:
         """Run ``argv`` unless ``out_dir`` holds a matching stamp; raise :class:`StepFailedError`.
@@ -95,7 +98,7 @@ class Steps:
         key = key_of(argv, inputs)
         if is_cached(out_dir, key):
             self.console.print(f"{head}: [green]cached[/] ({out_dir})")
-            self.seconds[title] = 0.0
+            self.cached.append(title)
             return StepResult(True, 0.0)
         self.console.print(f"{head}  ->  {out_dir}")
         start = time.perf_counter()
@@ -110,6 +113,7 @@ class Steps:
 
     def note_cached(self, title: str, out_dir: Path) -> None:
         self.done += 1
+        self.cached.append(title)
         self.console.print(f"[bold cyan][{self.done}/{self.total}][/] {title}: [green]cached[/] ({out_dir})")
 
 

@@ -231,6 +231,7 @@ def test_a_step_with_a_matching_stamp_is_not_run_again(tmp_path: Path):
     assert steps.run("again", out, argv).cached
     assert not steps.run("changed", out, [*argv[:2], argv[2] + "# changed"]).cached
     assert marker.read_text() == "xx"
+    assert list(steps.seconds) == ["first", "changed"] and steps.cached == ["again"]
 
 
 def test_a_step_runs_again_when_a_step_it_reads_from_ran_again(tmp_path: Path):
