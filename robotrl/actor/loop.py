@@ -41,6 +41,9 @@ class LoopSettings:
     """Ask for the next chunk when planned actions left <= expected delay + margin."""
     refresh_on_new_weights: bool = True
     """Async strategies: ask for a chunk as soon as the backend holds newer weights."""
+    execution_horizon: int = 0
+    """Async strategies: ask for the next chunk this many ticks after the last request, however
+    many planned actions are left (RTC's execution horizon); 0: only when they run low."""
     max_prefix: int = 12
     """Longest committed prefix given to the policy (the delays it was trained with)."""
     max_inference_errors: int = 3
@@ -117,6 +120,7 @@ class ControlLoop:
         self._next_request_id = 0
         self._consecutive_errors = 0
         self._pending_prefix = 0  # committed prefix length of the request in flight
+        self._requested_tick = 0  # observation tick of the newest request
         self._running_version = -1  # policy version of the newest chunk merged
         self._episode_id = -1
         self._stop = threading.Event()
@@ -141,6 +145,7 @@ class ControlLoop:
         request = InferenceRequest(rid, self.queue.epoch, obs, prefix, delay, seed)
         self.scheduler.request(request, obs.tick)
         self._pending_prefix = delay
+        self._requested_tick = obs.tick
 
     def _accept(self, arrival: Arrival, result: EpisodeResult) -> None:
         """Merge an arrived chunk, or count why it was refused or failed."""
@@ -201,6 +206,9 @@ class ControlLoop:
         if self.settings.strategy is Strategy.sync:
             return left == 0
         if left <= self.estimator.expected() + self.settings.margin_ticks:
+            return True
+        horizon = self.settings.execution_horizon
+        if horizon and tick - self._requested_tick >= horizon:
             return True
         if (
             self.settings.refresh_on_new_weights

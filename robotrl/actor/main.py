@@ -52,6 +52,7 @@ def build_loop(
         strategy=cfg.strategy,
         margin_ticks=cfg.margin_ticks,
         refresh_on_new_weights=cfg.refresh_on_new_weights,
+        execution_horizon=cfg.execution_horizon,
         max_prefix=max_prefix,
         max_inference_errors=cfg.max_inference_errors,
         seed=cfg.seed,

@@ -186,6 +186,11 @@ class ActorConfig:
     refresh_on_new_weights: bool = True
     """Async strategies: ask for a chunk as soon as newer weights are loaded, instead of running
     out the current plan first (new weights act within one inference of arriving)."""
+    execution_horizon: int = 0
+    """Async strategies: ask for the next chunk once this many ticks have passed since the last
+    request, however many planned actions are left (RTC's execution horizon s): the robot then
+    acts on observations at most s + delay ticks old instead of up to a chunk old, at more
+    inferences per second. 0: ask only when the plan runs low (or newer weights arrive)."""
     blend_decay: float = 0.5
     """blend: weight of the old chunk decays by this factor per overlapping tick."""
     episodes: int = 10
@@ -663,6 +668,8 @@ def problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     out += _unit_interval("actor.delay_quantile", a.delay_quantile, open_ends=True)
     if a.margin_ticks < 0:
         out.append(("actor.margin_ticks", f"must be >= 0, got {a.margin_ticks}"))
+    if a.execution_horizon < 0:
+        out.append(("actor.execution_horizon", f"must be >= 0 (0: off), got {a.execution_horizon}"))
     out += _unit_interval("actor.blend_decay", a.blend_decay)
     if a.episodes < 0:
         out.append(("actor.episodes", f"must be >= 0, got {a.episodes}"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from doubles import ConstantLatency, LineEnv, ListLatency, LognormalLatency, TickPolicy
@@ -193,6 +195,26 @@ def test_newer_weights_are_used_at_once_when_refresh_is_on(refresh):
     assert result.starved_ticks == 0 and result.prefix_overruns == 0
     versions = [t.policy_version for t in transitions]
     assert versions == sorted(versions)  # never back to old weights
+
+
+@pytest.mark.parametrize("horizon", [0, 8])
+def test_an_execution_horizon_replans_every_so_many_ticks(horizon):
+    transitions: list[Transition] = []
+    loop, _env, _ = make(
+        Strategy.prefix,
+        ConstantLatency(0.1),  # 3 ticks
+        env=LineEnv(max_ticks=60),
+        horizon=32,
+        sink=transitions.extend,
+        execution_horizon=horizon,
+    )
+    result = loop.run_episode(0, seed=0)
+    switches = [b.tick for a, b in itertools.pairwise(transitions) if b.chunk_id != a.chunk_id]
+    if horizon:  # asked for at ticks 8, 16, ...; each runs from its arrival, 3 ticks later
+        assert switches == [11, 19, 27, 35, 43, 51, 59]
+    else:  # asked for when 3 + 2 planned actions are left: a chunk of 32 runs 27 ticks
+        assert switches == [30, 57]
+    assert result.starved_ticks == 0 and result.prefix_overruns == 0
 
 
 def test_transitions_carry_every_stamp():

@@ -74,6 +74,7 @@ def test_overrides_reach_the_typed_config():
             "env.expert",
         ),
         (["hardware=so101", "env.expert_takeover_ticks=90"], "env.expert_takeover_ticks"),
+        (["actor.execution_horizon=-1"], "actor.execution_horizon"),
     ],
 )
 def test_bad_value_fails_naming_the_field(overrides, field):
