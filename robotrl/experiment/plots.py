@@ -95,8 +95,11 @@ def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], pat
     # below the axes: inside, the legend hides the evaluation points at the curves' right end
     ax_s.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     ax_l.set(xlabel="learner update group", ylabel="loss", title="learner losses")
-    ax_l.set_yscale("log")
-    ax_l.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+    if ax_l.get_legend_handles_labels()[0]:
+        ax_l.set_yscale("log")
+        ax_l.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+    else:  # no run logged a loss yet (learner_metrics.jsonl missing or still in warm-up)
+        ax_l.text(0.5, 0.5, "no learner metrics logged", ha="center", va="center", transform=ax_l.transAxes)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
@@ -123,7 +126,9 @@ def sweep_plot(rows: list[dict[str, Any]], path: Path) -> Path:
         lo = np.array([cells[lat]["ci95"][0] if lat in cells else np.nan for lat in latencies])
         hi = np.array([cells[lat]["ci95"][1] if lat in cells else np.nan for lat in latencies])
         offset = x - 0.4 + width * (i + 0.5)
-        ax_s.bar(offset, rates, width, yerr=[rates - lo, hi - rates], capsize=2, label=strategy)
+        # lists, not arrays: matplotlib reads a (2, 1) array's first entry as a scalar (NumPy warns)
+        yerr = [(rates - lo).tolist(), (hi - rates).tolist()]
+        ax_s.bar(offset, rates, width, yerr=yerr, capsize=2, label=strategy)
         jerk = [cells[lat]["jerk_rms"] if lat in cells else np.nan for lat in latencies]
         ax_j.plot(x, jerk, marker="o", label=strategy)
     for ax in (ax_s, ax_j):
