@@ -36,6 +36,9 @@ from robotrl.config.schema import PolicyKind, RobotRLConfig
 from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY, Observation
 
 ROBOT_TYPE = "so101_follower"
+MAX_ATTEMPTS_PER_EPISODE = 3
+"""record.keep_failures=false: attempts per episode asked for before recording gives up (an
+expert that cannot solve the task under this config would otherwise loop forever)."""
 
 
 def dataset_features(
@@ -127,7 +130,7 @@ def record(cfg: RobotRLConfig) -> int:
     columns = (TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"))
     with Progress(*columns, TimeElapsedColumn()) as progress:
         bar = progress.add_task("episodes", total=rec.episodes, info="")
-        while saved < rec.episodes and attempts < 3 * rec.episodes:
+        while saved < rec.episodes and attempts < MAX_ATTEMPTS_PER_EPISODE * rec.episodes:
             success = _episode(env, expert, dart, misses, dataset, keep, seed=cfg.seed + attempts)
             attempts += 1
             if success or rec.keep_failures:
@@ -141,8 +144,20 @@ def record(cfg: RobotRLConfig) -> int:
     env.close()
     frames = dataset.meta.total_frames
     aimed_off = f"; {misses.missed} first grasps aimed off" if rec.miss_rate > 0 else ""
-    print(f"robotrl record: {saved} episodes ({successes} successful, {frames} frames{aimed_off}) in {root}")
-    return 0 if saved == rec.episodes else 1
+    discarded = attempts - saved
+    dropped = f"; {discarded} failed attempts discarded" if discarded else ""
+    counts = f"{successes} successful, {frames} frames{aimed_off}{dropped}"
+    print(f"robotrl record: {saved} episodes ({counts}) in {root}")
+    if saved < rec.episodes:
+        print(
+            f"robotrl record: the expert solved {saved} of {attempts} attempts, short of "
+            f"record.episodes={rec.episodes}; recording stops after {MAX_ATTEMPTS_PER_EPISODE} attempts "
+            "per episode asked for (is env.max_episode_ticks long enough for the task? "
+            "record.keep_failures=true keeps the failed ones)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
 
 
 class Dart:

@@ -63,6 +63,23 @@ def test_record_refuses_to_overwrite_and_checks_its_fields(tmp_path):
         load_config(["record.dart_noise=-0.1"])
 
 
+def test_record_without_failures_says_why_it_fell_short(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    argv = [
+        "record",
+        "env=so101_pick_place",
+        "policy=expert",
+        "record.episodes=1",
+        "record.keep_failures=false",
+    ]
+    # 10 ticks are too few to pick and place: every attempt fails and is discarded.
+    code = main([*argv, f"record.output_dir={tmp_path / 'demos'}", "env.max_episode_ticks=10"])
+    out = capsys.readouterr()
+    assert code == 1
+    assert "3 failed attempts discarded" in out.out
+    assert "solved 0 of 3 attempts" in out.err and "env.max_episode_ticks" in out.err
+
+
 @pytest.mark.slow
 def test_dart_executes_the_noise_but_records_the_clean_command(tmp_path, monkeypatch):
     """The reach expert plans its path from the first observation, so with the same seeds the
