@@ -121,10 +121,11 @@ def run(quick: bool = False) -> dict[str, Any]:
     spec = so101_spec()
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     calls = (
-        {PolicySize.tiny: 30, PolicySize.small: 30, PolicySize.base: 10}
+        {PolicySize.tiny: 30, PolicySize.mini: 30, PolicySize.small: 30, PolicySize.base: 10}
         if quick
         else {
             PolicySize.tiny: 200,
+            PolicySize.mini: 200,
             PolicySize.small: 200,
             PolicySize.base: 40,
         }

@@ -64,8 +64,9 @@ class PolicyKind(Enum):
 
 
 class PolicySize(Enum):
-    tiny = "tiny"  # <= 2M parameters, for tests
-    small = "small"  # about 10M, the CPU demo
+    tiny = "tiny"  # about 0.3M parameters, for tests and the latency sweep
+    mini = "mini"  # about 1M, the CPU fine-tuning demo
+    small = "small"  # about 10M, camera policies
     base = "base"  # 50-100M, for a GPU
 
 

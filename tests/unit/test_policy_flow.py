@@ -83,7 +83,8 @@ def observation_of(batch: dict[str, object], i: int) -> Observation:
 
 
 def test_sizes_match_their_presets():
-    assert parameter_count(make_policy(PolicySize.tiny)) <= 2_000_000
+    assert parameter_count(make_policy(PolicySize.tiny)) <= 500_000
+    assert 500_000 <= parameter_count(make_policy(PolicySize.mini)) <= 2_000_000
     assert 5_000_000 <= parameter_count(make_policy(PolicySize.small)) <= 15_000_000
     assert 50_000_000 <= parameter_count(make_policy(PolicySize.base)) <= 100_000_000
 
