@@ -19,6 +19,7 @@ SMOKE = [
     "experiment.online_episodes=2",
     "experiment.update_groups=3",
     "experiment.rerun_episodes=1",
+    "experiment.algorithms=[rapi,bc,bc_demos]",  # the preset runs the first two: test all three
     "env.max_episode_ticks=120",
     "pretrain.val_every=30",
     "pretrain.checkpoint_every=30",
