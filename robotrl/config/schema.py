@@ -471,6 +471,10 @@ class ExperimentConfig:
     seeds one actor stride further per actor): one run's success moves by ~10 points from run to
     run here, more than its interval says. The table pools every run's evaluation episodes (the
     Wilson interval counts episodes, so run-to-run spread shows in the per-run rates beside it)."""
+    finetune_workers: int = 1
+    """Fine-tuning runs at once, each its own `robotrl launch` (its output in its folder's
+    output.log, progress lines in the demo's): the learner and the actor of one run wait on each
+    other in virtual time, so two runs share two cores with little loss."""
     rerun_episodes: int = 2
     """Episodes of the fine-tuned policy recorded to demo.rrd (0: none)."""
     eval_noise_scale: float | None = None
@@ -895,6 +899,7 @@ def _experiment_problems(ex: ExperimentConfig) -> list[tuple[str, str]]:
         "update_groups",
         "actors",
         "repeats",
+        "finetune_workers",
     ):
         out += _positive(f"experiment.{name}", getattr(ex, name))
     out += _positive("experiment.sweep_episodes", ex.sweep_episodes)

@@ -42,14 +42,19 @@ from robotrl.config.schema import (
     demo_seed_problems,
 )
 from robotrl.core.types import OUTCOME_SUCCESS
+from robotrl.experiment.parallel import Job, JobDone, run_parallel
+from robotrl.experiment.progress import LaunchProgress
+from robotrl.experiment.progress import finished as launch_finished
 from robotrl.experiment.steps import (
     STAMP,
     StepFailedError,
     Steps,
     config_overrides,
+    is_cached,
     may_continue,
     robotrl,
     run_id,
+    step_key,
 )
 
 RESULTS = "results.json"
@@ -201,10 +206,9 @@ class Demo:
             transport__spool_dir=str(out / "spool"),
         )
 
-    def finetune(self, algorithm: str, run: int = 0) -> Path:
-        """Run ``algorithm``'s fine-tuning run ``run`` through `robotrl launch`; returns its policy."""
-        name = self.run_name(algorithm, run)
-        out = self.finetune_dir(name)
+    def finetune_step(self, algorithm: str, run: int = 0) -> tuple[str, Path, list[str]]:
+        """(title, output folder, command) of ``algorithm``'s fine-tuning run ``run`` (`robotrl launch`)."""
+        out = self.finetune_dir(self.run_name(algorithm, run))
         cfg = self.finetune_config(algorithm, run)
         argv = robotrl(
             "launch",
@@ -222,10 +226,51 @@ class Demo:
         )
         if not (out / STAMP).exists():
             shutil.rmtree(out, ignore_errors=True)  # a half-finished run starts over
-        self.steps.run(title, out, argv, inputs=[self.out / "pretrain", self.demos])
-        policy = out / "policy"
+        return title, out, argv
+
+    def finetune(self, algorithm: str, run: int = 0) -> Path:
+        """Run ``algorithm``'s fine-tuning run ``run`` in the foreground; returns its policy."""
+        title, out, argv = self.finetune_step(algorithm, run)
+        self.steps.run(title, out, argv, inputs=self._finetune_inputs)
+        return self._exported(out)
+
+    def finetune_side_by_side(self) -> None:
+        """Every fine-tuning run (every algorithm's first run, then the second, ...),
+        ``experiment.finetune_workers`` at a time, each in the background with its output in its
+        folder; each leaves its policy there. A failed or interrupted run stops the others."""
+        order = [(a, run) for run in range(self.ex.repeats) for a in self.ex.algorithms]
+        workers = min(self.ex.finetune_workers, len(order))
+        inputs = tuple((str(p), run_id(p)) for p in self._finetune_inputs)
+        heads: dict[Job, tuple[str, str]] = {}  # job -> (numbered header, run name)
+        for algorithm, run in order:
+            title, out, argv = self.finetune_step(algorithm, run)
+            job = Job(title, out, tuple(argv), inputs, complete=launch_finished)
+            heads[job] = (self.steps.begin(title), self.run_name(algorithm, run))
+        pending = [job for job in heads if not is_cached(job.out_dir, step_key(job.argv, dict(inputs)))]
+        for job in pending:
+            self.console.print(f"{heads[job][0]}  ->  {job.out_dir}  (its output: {job.log})")
+        if pending:
+            self.console.print(f"{workers} fine-tuning runs at a time; their progress every 30 s:")
+
+        def done(result: JobDone) -> None:
+            job = result.job
+            self.steps.finished(heads[job][0], job.title, job.out_dir, result.cached, result.seconds)
+
+        running = {name: job.out_dir for job, (_, name) in heads.items()}
+        with LaunchProgress(running, self.console):
+            run_parallel(list(heads), workers, done)
+        for job in heads:
+            self._exported(job.out_dir)
+
+    @property
+    def _finetune_inputs(self) -> list[Path]:
+        return [self.out / "pretrain", self.demos]
+
+    def _exported(self, run_dir: Path) -> Path:
+        """The fine-tuned policy of ``run_dir``, exported from its learner checkpoint once."""
+        policy = run_dir / "policy"
         if not policy.exists():
-            export_policy(self.pretrained, out, policy)
+            export_policy(self.pretrained, run_dir, policy)
         return policy
 
     def rerun_view(self, policy: Path, label: str) -> Path | None:
@@ -272,10 +317,16 @@ class Demo:
             )
         }
         runs: dict[str, list[dict[str, Any]]] = {a: [] for a in self.ex.algorithms}
+        side_by_side = self.ex.finetune_workers > 1
+        if side_by_side:
+            self.finetune_side_by_side()  # then the evaluations, one by one
         for run in range(self.ex.repeats):  # every algorithm's first run, then the second, ...
             for algorithm in self.ex.algorithms:
                 name = self.run_name(algorithm, run)
-                policy = self.finetune(algorithm, run)
+                if side_by_side:
+                    policy = self._exported(self.finetune_dir(name))
+                else:
+                    policy = self.finetune(algorithm, run)
                 label = f"the {algorithm}-fine-tuned policy{self._of_runs(run)}"
                 runs[algorithm].append(self.evaluate(name, policy, label, made_by=self.finetune_dir(name)))
         evals.update({algorithm: pool_summaries(summaries) for algorithm, summaries in runs.items()})

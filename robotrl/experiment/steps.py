@@ -93,28 +93,37 @@ class Steps:
         output folders are ``inputs``: a step whose input was rebuilt (say, a longer pretraining
         into the same folder) runs again instead of reporting numbers of the old input.
         """
-        self.done += 1
-        head = f"[bold cyan][{self.done}/{self.total}][/] {title}"
+        head = self.begin(title)
         key = key_of(argv, inputs)
         if is_cached(out_dir, key):
-            self.console.print(f"{head}: [green]cached[/] ({out_dir})")
-            self.cached.append(title)
-            return StepResult(True, 0.0)
+            return self.finished(head, title, out_dir, cached=True, seconds=0.0)
         self.console.print(f"{head}  ->  {out_dir}")
         start = time.perf_counter()
         code = subprocess.call(list(argv), stdin=subprocess.DEVNULL, env=step_env())
         seconds = time.perf_counter() - start
-        self.seconds[title] = round(seconds, 1)
         if code != 0:
+            self.seconds[title] = round(seconds, 1)
             raise StepFailedError(f"step '{title}' failed with exit code {code} (its output is above)")
         write_stamp(out_dir, key, seconds)
-        self.console.print(f"{head}: done in {seconds:.0f} s")
-        return StepResult(False, seconds)
+        return self.finished(head, title, out_dir, cached=False, seconds=seconds)
+
+    def begin(self, title: str) -> str:
+        """The numbered header of the next step (also for steps that another runner executes)."""
+        self.done += 1
+        return f"[bold cyan][{self.done}/{self.total}][/] {title}"
+
+    def finished(self, head: str, title: str, out_dir: Path, cached: bool, seconds: float) -> StepResult:
+        """Say how the step under ``head`` ended and keep its time (or that it was reused)."""
+        if cached:
+            self.console.print(f"{head}: [green]cached[/] ({out_dir})")
+            self.cached.append(title)
+        else:
+            self.seconds[title] = round(seconds, 1)
+            self.console.print(f"{head}: done in {seconds:.0f} s")
+        return StepResult(cached, seconds)
 
     def note_cached(self, title: str, out_dir: Path) -> None:
-        self.done += 1
-        self.cached.append(title)
-        self.console.print(f"[bold cyan][{self.done}/{self.total}][/] {title}: [green]cached[/] ({out_dir})")
+        self.finished(self.begin(title), title, out_dir, cached=True, seconds=0.0)
 
 
 def step_env() -> dict[str, str]:

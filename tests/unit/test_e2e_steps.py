@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from robotrl.config.load import ConfigError, load_config
 from robotrl.config.schema import AlgorithmKind, demo_seed_problems, parse_latency
 from robotrl.experiment.demo import Demo
 from robotrl.experiment.main import main as experiment_main
+from robotrl.experiment.parallel import Job, JobDone
 from robotrl.experiment.steps import (
     STAMP,
     Steps,
@@ -146,7 +147,8 @@ def test_pooled_runs_count_every_episode_and_keep_each_runs_rate():
         pool_summaries([])
 
 
-def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path: Path, monkeypatch, workers):
     cfg = load_config(
         [
             "experiment=demo",
@@ -155,6 +157,7 @@ def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path:
             "experiment.algorithms=[rapi,bc]",
             "experiment.eval_episodes=10",
             "experiment.rerun_episodes=0",
+            f"experiment.finetune_workers={workers}",  # one by one, or side by side in the background
         ]
     )
     printed = io.StringIO()
@@ -171,9 +174,16 @@ def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path:
         elif argv[3] == "eval":
             (out / "eval_summary.json").write_text(json.dumps(_summary(10, next(wins), 2.0, 1.0, "x")))
 
+    def fake_parallel(jobs: Sequence[Job], max_workers: int, on_done: Callable[[JobDone], None]) -> None:
+        assert max_workers == workers
+        for job in jobs:
+            fake_step(job.title, job.out_dir, list(job.argv))
+            on_done(JobDone(job, False, 1.0))
+
     monkeypatch.setattr(demo.steps, "run", fake_step)
+    monkeypatch.setattr("robotrl.experiment.demo.run_parallel", fake_parallel)
     assert demo.run() == 0
-    assert sorted(launched) == ["finetune_bc", "finetune_bc-run2", "finetune_rapi", "finetune_rapi-run2"]
+    assert list(launched) == ["finetune_rapi", "finetune_bc", "finetune_rapi-run2", "finetune_bc-run2"]
     stride = cfg.launch.actor_seed_stride
     assert "seed=0" in launched["finetune_rapi"] and "actor.seed=0" in launched["finetune_rapi"]
     assert (

@@ -1,0 +1,67 @@
+"""Progress lines of `robotrl launch` runs that write their output to logs (run side by side).
+
+A launch run in the foreground shows its own status table; runs in the background
+only write it to ``launch_status.json``. :class:`LaunchProgress` reads those files
+every ``interval_s`` and prints one line per run, so a user watching fifteen
+minutes of parallel fine-tuning sees it move.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+
+from robotrl.launch.main import STATUS_FILE
+from robotrl.launch.status import describe_progress, read_json
+
+
+def _roles(run_dir: Path) -> list[dict[str, Any]]:
+    status = read_json(run_dir / STATUS_FILE) or {}
+    roles = status.get("roles")
+    if not isinstance(roles, list):
+        return []
+    return [row for row in roles if isinstance(row, dict) and "role" in row]
+
+
+def progress_line(name: str, run_dir: Path) -> str | None:
+    """``name: learner <progress> | actor-0 <progress>`` from ``run_dir``'s status (None: none yet)."""
+    roles = [f"{r['role']} {describe_progress(r['role'], r.get('progress') or {})}" for r in _roles(run_dir)]
+    return f"{name}: " + " | ".join(roles) if roles else None
+
+
+def finished(run_dir: Path) -> bool:
+    """Whether every role of the launch run in ``run_dir`` exited on its own with success: a
+    run stopped by a signal exits cleanly too, with its work cut short."""
+    roles = _roles(run_dir)
+    return bool(roles) and all(row.get("state") == "done" for row in roles)
+
+
+class LaunchProgress:
+    """A daemon thread printing :func:`progress_line` of each run in ``runs`` every ``interval_s``."""
+
+    def __init__(self, runs: Mapping[str, Path], console: Console, interval_s: float = 30.0) -> None:
+        self.runs, self.console, self.interval_s = dict(runs), console, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="robotrl-launch-progress", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for name, run_dir in self.runs.items():
+                line = None if finished(run_dir) else progress_line(name, run_dir)
+                if line:
+                    self.console.print(f"  {line}", highlight=False)
+
+    def __enter__(self) -> LaunchProgress:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
