@@ -26,8 +26,9 @@ SMOKE = [
 ]
 
 
-def _demo(out: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DEMO_QUICK": "1", "DEMO_ARGS": " ".join([f"experiment.output_dir={out}", *SMOKE])}
+def _demo(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    args = [f"experiment.output_dir={out}", *SMOKE, *extra]
+    env = {**os.environ, "DEMO_QUICK": "1", "DEMO_ARGS": " ".join(args)}
     return subprocess.run(
         ["bash", "launch/demo.sh"],
         cwd=REPO,
@@ -62,6 +63,7 @@ def test_quick_demo_runs_every_step_and_a_second_run_reuses_them(tmp_path: Path)
     for name, figures in results["per_policy"].items():  # every eval says how its episodes ended
         assert sum(figures["outcomes"].values()) == 3, name
     assert "how the failed episodes ended:" in first.stdout
+    assert "2 fine-tuning runs at a time" in first.stdout
     assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "demo.rrd").stat().st_size > 0
     for algorithm in ("rapi", "bc", "bc_demos"):
@@ -70,7 +72,8 @@ def test_quick_demo_runs_every_step_and_a_second_run_reuses_them(tmp_path: Path)
         progress = json.loads((run / "actor_actor-0_progress.json").read_text())
         assert progress["episodes"] == 2
 
-    second = _demo(out)
+    # the preset fine-tunes side by side; one by one, the same runs are the same steps
+    second = _demo(out, "experiment.finetune_workers=1")
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
     assert second.stdout.count("cached") == 10  # record, pretrain, 4 evals, 3 fine-tunings, rerun
     assert json.loads((out / "results.json").read_text())["success_after"] == results["success_after"]
