@@ -239,7 +239,6 @@ class Demo:
         ``experiment.finetune_workers`` at a time, each in the background with its output in its
         folder; each leaves its policy there. A failed or interrupted run stops the others."""
         order = [(a, run) for run in range(self.ex.repeats) for a in self.ex.algorithms]
-        workers = min(self.ex.finetune_workers, len(order))
         inputs = tuple((str(p), run_id(p)) for p in self._finetune_inputs)
         heads: dict[Job, tuple[str, str]] = {}  # job -> (numbered header, run name)
         for algorithm, run in order:
@@ -250,7 +249,8 @@ class Demo:
         for job in pending:
             self.console.print(f"{heads[job][0]}  ->  {job.out_dir}  (its output: {job.log})")
         if pending:
-            self.console.print(f"{workers} fine-tuning runs at a time; their progress every 30 s:")
+            at_once = self.finetune_workers
+            self.console.print(f"{at_once} fine-tuning runs at a time; their progress every 30 s:")
 
         def done(result: JobDone) -> None:
             job = result.job
@@ -258,9 +258,15 @@ class Demo:
 
         running = {name: job.out_dir for job, (_, name) in heads.items()}
         with LaunchProgress(running, self.console):
-            run_parallel(list(heads), workers, done)
+            run_parallel(list(heads), self.finetune_workers, done)
         for job in heads:
             self._exported(job.out_dir)
+
+    @property
+    def finetune_workers(self) -> int:
+        """Fine-tuning runs at once: ``experiment.finetune_workers``, at most as many as there are
+        (a lone run goes in the foreground, with launch's own status table)."""
+        return min(self.ex.finetune_workers, len(self.ex.algorithms) * self.ex.repeats)
 
     @property
     def _finetune_inputs(self) -> list[Path]:
@@ -317,7 +323,7 @@ class Demo:
             )
         }
         runs: dict[str, list[dict[str, Any]]] = {a: [] for a in self.ex.algorithms}
-        side_by_side = self.ex.finetune_workers > 1
+        side_by_side = self.finetune_workers > 1
         if side_by_side:
             self.finetune_side_by_side()  # then the evaluations, one by one
         for run in range(self.ex.repeats):  # every algorithm's first run, then the second, ...

@@ -12,6 +12,7 @@ from rich.console import Console
 from waiting import wait_until
 
 from robotrl.config.load import ConfigError, load_config
+from robotrl.experiment.demo import Demo
 from robotrl.experiment.progress import LaunchProgress, finished, progress_line
 from robotrl.launch.main import STATUS_FILE
 from robotrl.launch.status import write_status
@@ -62,7 +63,10 @@ def test_progress_lines_name_the_running_runs_and_skip_the_finished(tmp_path: Pa
     assert "bc:" not in out.getvalue()
 
 
-def test_fine_tuning_runs_side_by_side_must_be_at_least_one():
-    assert load_config(["experiment=demo"]).experiment.finetune_workers == 2
+def test_fine_tuning_runs_side_by_side_are_at_least_one_and_at_most_the_runs():
+    cfg = load_config(["experiment=demo"])
+    assert cfg.experiment.finetune_workers == 2 and Demo(cfg, Console()).finetune_workers == 2
+    lone = load_config(["experiment=demo", "experiment.algorithms=[rapi]"])
+    assert Demo(lone, Console()).finetune_workers == 1  # in the foreground, with launch's table
     with pytest.raises(ConfigError, match=r"experiment\.finetune_workers"):
         load_config(["experiment.finetune_workers=0"])
