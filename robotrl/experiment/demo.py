@@ -43,8 +43,7 @@ from robotrl.config.schema import (
 )
 from robotrl.core.types import OUTCOME_SUCCESS
 from robotrl.experiment.parallel import Job, JobDone, run_parallel
-from robotrl.experiment.progress import LaunchProgress
-from robotrl.experiment.progress import finished as launch_finished
+from robotrl.experiment.progress import LaunchProgress, launch_finished
 from robotrl.experiment.steps import (
     STAMP,
     StepFailedError,

@@ -34,7 +34,7 @@ def progress_line(name: str, run_dir: Path) -> str | None:
     return f"{name}: " + " | ".join(roles) if roles else None
 
 
-def finished(run_dir: Path) -> bool:
+def launch_finished(run_dir: Path) -> bool:
     """Whether every role of the launch run in ``run_dir`` exited on its own with success: a
     run stopped by a signal exits cleanly too, with its work cut short."""
     roles = _roles(run_dir)
@@ -52,7 +52,7 @@ class LaunchProgress:
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
             for name, run_dir in self.runs.items():
-                line = None if finished(run_dir) else progress_line(name, run_dir)
+                line = None if launch_finished(run_dir) else progress_line(name, run_dir)
                 if line:
                     self.console.print(f"  {line}", highlight=False)
 

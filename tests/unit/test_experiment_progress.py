@@ -13,7 +13,7 @@ from waiting import wait_until
 
 from robotrl.config.load import ConfigError, load_config
 from robotrl.experiment.demo import Demo
-from robotrl.experiment.progress import LaunchProgress, finished, progress_line
+from robotrl.experiment.progress import LaunchProgress, launch_finished, progress_line
 from robotrl.launch.main import STATUS_FILE
 from robotrl.launch.status import write_status
 
@@ -43,14 +43,14 @@ def test_a_progress_line_says_where_each_role_of_a_run_is(tmp_path: Path):
 
 
 def test_only_a_run_whose_every_role_exited_on_its_own_is_finished(tmp_path: Path):
-    assert not finished(tmp_path / "missing")
+    assert not launch_finished(tmp_path / "missing")
     (tmp_path / "torn").mkdir()
     (tmp_path / "torn" / STATUS_FILE).write_text("{not json")
-    assert not finished(tmp_path / "torn")
+    assert not launch_finished(tmp_path / "torn")
     _status(tmp_path / "stopped", "done", "stopped")  # Ctrl-C or the demo stopping the others
-    assert not finished(tmp_path / "stopped")
+    assert not launch_finished(tmp_path / "stopped")
     _status(tmp_path / "done", "done", "done")
-    assert finished(tmp_path / "done")
+    assert launch_finished(tmp_path / "done")
 
 
 def test_progress_lines_name_the_running_runs_and_skip_the_finished(tmp_path: Path):
