@@ -473,8 +473,9 @@ class ExperimentConfig:
     Wilson interval counts episodes, so run-to-run spread shows in the per-run rates beside it)."""
     finetune_workers: int = 1
     """Fine-tuning runs at once, each its own `robotrl launch` (its output in its folder's
-    output.log, progress lines in the demo's): the learner and the actor of one run wait on each
-    other in virtual time, so two runs share two cores with little loss."""
+    output.log, progress lines in the demo's), then their evaluations as many at once: the learner
+    and the actor of one run wait on each other in virtual time, so two runs share two cores with
+    little loss, and an evaluation is one single-threaded process."""
     rerun_episodes: int = 2
     """Episodes of the fine-tuned policy recorded to demo.rrd (0: none)."""
     eval_noise_scale: float | None = None

@@ -19,6 +19,7 @@ missing. The numbers are measured on the run, never assumed.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import shutil
@@ -51,6 +52,7 @@ from robotrl.experiment.steps import (
     config_overrides,
     is_cached,
     may_continue,
+    ran_every_episode,
     robotrl,
     run_id,
     step_key,
@@ -169,6 +171,12 @@ class Demo:
 
     def evaluate(self, name: str, policy: Path, label: str, made_by: Path) -> dict[str, Any]:
         """Evaluate ``policy``, which the step with output folder ``made_by`` wrote."""
+        title, out, argv = self.evaluation_step(name, policy, label)
+        self.steps.run(title, out, argv, inputs=[made_by])
+        return self._evaluation_summary(out)
+
+    def evaluation_step(self, name: str, policy: Path, label: str) -> tuple[str, Path, list[str]]:
+        """(title, output folder, command) of the evaluation ``name`` of ``policy`` (`robotrl eval`)."""
         cfg = self._evaluation(
             policy__path=str(policy),
             actor__episodes=self.ex.eval_episodes,
@@ -176,8 +184,9 @@ class Demo:
         )
         out = self.eval_dir(name)
         argv = robotrl("eval", *config_overrides(cfg, ["env", "policy", "actor"]), f"run_dir={out}")
-        title = f"evaluate {label} on {self.ex.eval_episodes} fixed seeds"
-        self.steps.run(title, out, argv, inputs=[made_by])
+        return f"evaluate {label} on {self.ex.eval_episodes} fixed seeds", out, argv
+
+    def _evaluation_summary(self, out: Path) -> dict[str, Any]:
         summary: dict[str, Any] = json.loads((out / "eval_summary.json").read_text())
         if summary["episodes"] != self.ex.eval_episodes:  # stopped early (Ctrl-C): not a result
             (out / STAMP).unlink(missing_ok=True)
@@ -237,29 +246,55 @@ class Demo:
         """Every fine-tuning run (every algorithm's first run, then the second, ...),
         ``experiment.finetune_workers`` at a time, each in the background with its output in its
         folder; each leaves its policy there. A failed or interrupted run stops the others."""
-        order = [(a, run) for run in range(self.ex.repeats) for a in self.ex.algorithms]
         inputs = tuple((str(p), run_id(p)) for p in self._finetune_inputs)
-        heads: dict[Job, tuple[str, str]] = {}  # job -> (numbered header, run name)
-        for algorithm, run in order:
+        jobs: dict[str, Job] = {}
+        for algorithm, run in self._runs_in_order:
             title, out, argv = self.finetune_step(algorithm, run)
-            job = Job(title, out, tuple(argv), inputs, complete=launch_finished)
-            heads[job] = (self.steps.begin(title), self.run_name(algorithm, run))
-        pending = [job for job in heads if not is_cached(job.out_dir, step_key(job.argv, dict(inputs)))]
+            name = self.run_name(algorithm, run)
+            jobs[name] = Job(title, out, tuple(argv), inputs, complete=launch_finished)
+        running = {name: job.out_dir for name, job in jobs.items()}
+        with LaunchProgress(running, self.console):
+            self._side_by_side(list(jobs.values()), "fine-tuning runs", "; their progress every 30 s")
+        for job in jobs.values():
+            self._exported(job.out_dir)
+
+    def evaluate_side_by_side(self) -> dict[str, list[dict[str, Any]]]:
+        """Evaluate every fine-tuned policy, ``experiment.finetune_workers`` at a time (each
+        evaluation is one single-threaded process); returns each algorithm's summaries by run."""
+        jobs: dict[tuple[str, int], Job] = {}
+        whole = functools.partial(ran_every_episode, episodes=self.ex.eval_episodes)
+        for algorithm, run in self._runs_in_order:
+            name = self.run_name(algorithm, run)
+            made_by = self.finetune_dir(name)
+            label = f"the {algorithm}-fine-tuned policy{self._of_runs(run)}"
+            title, out, argv = self.evaluation_step(name, self._exported(made_by), label)
+            inputs = ((str(made_by), run_id(made_by)),)
+            jobs[algorithm, run] = Job(title, out, tuple(argv), inputs, complete=whole)
+        self._side_by_side(list(jobs.values()), "evaluations", "")
+        runs: dict[str, list[dict[str, Any]]] = {a: [] for a in self.ex.algorithms}
+        for (algorithm, _), job in jobs.items():
+            runs[algorithm].append(self._evaluation_summary(job.out_dir))
+        return runs
+
+    def _side_by_side(self, jobs: list[Job], what: str, progress: str) -> None:
+        """Run ``jobs`` (steps of this demo) ``finetune_workers`` at a time with numbered headers."""
+        heads = {job: self.steps.begin(job.title) for job in jobs}
+        pending = [job for job in jobs if not is_cached(job.out_dir, step_key(job.argv, dict(job.inputs)))]
         for job in pending:
-            self.console.print(f"{heads[job][0]}  ->  {job.out_dir}  (its output: {job.log})")
+            self.console.print(f"{heads[job]}  ->  {job.out_dir}  (its output: {job.log})")
         if pending:
-            at_once = self.finetune_workers
-            self.console.print(f"{at_once} fine-tuning runs at a time; their progress every 30 s:")
+            self.console.print(f"{what}: {min(self.finetune_workers, len(pending))} at a time{progress}")
 
         def done(result: JobDone) -> None:
             job = result.job
-            self.steps.finished(heads[job][0], job.title, job.out_dir, result.cached, result.seconds)
+            self.steps.finished(heads[job], job.title, job.out_dir, result.cached, result.seconds)
 
-        running = {name: job.out_dir for job, (_, name) in heads.items()}
-        with LaunchProgress(running, self.console):
-            run_parallel(list(heads), self.finetune_workers, done)
-        for job in heads:
-            self._exported(job.out_dir)
+        run_parallel(jobs, self.finetune_workers, done)
+
+    @property
+    def _runs_in_order(self) -> list[tuple[str, int]]:
+        """(algorithm, run) of every fine-tuning run: every algorithm's first run, then the second, ..."""
+        return [(a, run) for run in range(self.ex.repeats) for a in self.ex.algorithms]
 
     @property
     def finetune_workers(self) -> int:
@@ -321,17 +356,14 @@ class Demo:
                 "pretrained", self.pretrained, "the pretrained policy", made_by=self.out / "pretrain"
             )
         }
-        runs: dict[str, list[dict[str, Any]]] = {a: [] for a in self.ex.algorithms}
-        side_by_side = self.finetune_workers > 1
-        if side_by_side:
-            self.finetune_side_by_side()  # then the evaluations, one by one
-        for run in range(self.ex.repeats):  # every algorithm's first run, then the second, ...
-            for algorithm in self.ex.algorithms:
+        if self.finetune_workers > 1:
+            self.finetune_side_by_side()
+            runs = self.evaluate_side_by_side()
+        else:
+            runs = {a: [] for a in self.ex.algorithms}
+            for algorithm, run in self._runs_in_order:
                 name = self.run_name(algorithm, run)
-                if side_by_side:
-                    policy = self._exported(self.finetune_dir(name))
-                else:
-                    policy = self.finetune(algorithm, run)
+                policy = self.finetune(algorithm, run)
                 label = f"the {algorithm}-fine-tuned policy{self._of_runs(run)}"
                 runs[algorithm].append(self.evaluate(name, policy, label, made_by=self.finetune_dir(name)))
         evals.update({algorithm: pool_summaries(summaries) for algorithm, summaries in runs.items()})

@@ -189,6 +189,14 @@ def _stamp_matches(stamp: Path, key: dict[str, Any]) -> bool:
     return all(recorded[k] == v for k, v in key.items()) and None not in key["inputs"].values()
 
 
+def ran_every_episode(out_dir: Path, episodes: int) -> bool:
+    """Whether the evaluation in ``out_dir`` ran all its episodes (Ctrl-C ends one early, exit 0)."""
+    try:
+        return bool(json.loads((out_dir / "eval_summary.json").read_text())["episodes"] == episodes)
+    except (OSError, ValueError, KeyError):
+        return False
+
+
 def robotrl(role: str, *overrides: str) -> list[str]:
     """The command line of a `robotrl` role with this interpreter."""
     return [sys.executable, "-m", "robotrl.cli", role, *overrides]

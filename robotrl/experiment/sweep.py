@@ -27,7 +27,7 @@ from rich.table import Table
 
 from robotrl.config.schema import RobotRLConfig, Strategy, parse_latency
 from robotrl.experiment.parallel import Job, JobDone, run_parallel
-from robotrl.experiment.steps import config_overrides, robotrl, run_id
+from robotrl.experiment.steps import config_overrides, ran_every_episode, robotrl, run_id
 
 SWEEP_DIR = "latency_sweep"
 
@@ -121,14 +121,6 @@ def cell_jobs(cfg: RobotRLConfig, policy: str, cells_dir: Path) -> dict[Job, tup
             argv = robotrl("eval", *overrides, f"seed={cfg.seed}", f"run_dir={out_dir}")
             jobs[Job(f"{latency} {strategy}", out_dir, tuple(argv), identity, complete)] = (latency, strategy)
     return jobs
-
-
-def ran_every_episode(out_dir: Path, episodes: int) -> bool:
-    """Whether the evaluation in ``out_dir`` ran all its episodes (Ctrl-C ends one early, exit 0)."""
-    try:
-        return bool(json.loads((out_dir / "eval_summary.json").read_text())["episodes"] == episodes)
-    except (OSError, ValueError, KeyError):
-        return False
 
 
 def sweep_workers(configured: int) -> int:

@@ -63,7 +63,7 @@ def test_quick_demo_runs_every_step_and_a_second_run_reuses_them(tmp_path: Path)
     for name, figures in results["per_policy"].items():  # every eval says how its episodes ended
         assert sum(figures["outcomes"].values()) == 3, name
     assert "how the failed episodes ended:" in first.stdout
-    assert "2 fine-tuning runs at a time" in first.stdout
+    assert "fine-tuning runs: 2 at a time" in first.stdout and "evaluations: 2 at a time" in first.stdout
     assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "demo.rrd").stat().st_size > 0
     for algorithm in ("rapi", "bc", "bc_demos"):

@@ -22,11 +22,12 @@ from robotrl.experiment.steps import (
     Steps,
     config_overrides,
     hydra_value,
+    ran_every_episode,
     run_id,
     step_key,
     write_stamp,
 )
-from robotrl.experiment.sweep import difference_interval, findings, ran_every_episode
+from robotrl.experiment.sweep import difference_interval, findings
 
 GROUPS = ("env", "policy", "actor", "learner", "transport")
 
@@ -174,8 +175,11 @@ def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path:
         elif argv[3] == "eval":
             (out / "eval_summary.json").write_text(json.dumps(_summary(10, next(wins), 2.0, 1.0, "x")))
 
+    batches: list[list[str]] = []  # the role of each job that went through run_parallel, by call
+
     def fake_parallel(jobs: Sequence[Job], max_workers: int, on_done: Callable[[JobDone], None]) -> None:
         assert max_workers == workers
+        batches.append([job.argv[3] for job in jobs])
         for job in jobs:
             fake_step(job.title, job.out_dir, list(job.argv))
             on_done(JobDone(job, False, 1.0))
@@ -184,6 +188,8 @@ def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path:
     monkeypatch.setattr("robotrl.experiment.demo.run_parallel", fake_parallel)
     assert demo.run() == 0
     assert list(launched) == ["finetune_rapi", "finetune_bc", "finetune_rapi-run2", "finetune_bc-run2"]
+    # side by side, every fine-tune first, then every evaluation; one by one, nothing in the background
+    assert batches == ([["launch"] * 4, ["eval"] * 4] if workers > 1 else [])
     stride = cfg.launch.actor_seed_stride
     assert "seed=0" in launched["finetune_rapi"] and "actor.seed=0" in launched["finetune_rapi"]
     assert (
