@@ -53,8 +53,8 @@ class LaunchProgress:
         while not self._stop.wait(self.interval_s):
             for name, run_dir in self.runs.items():
                 line = None if launch_finished(run_dir) else progress_line(name, run_dir)
-                if line:
-                    self.console.print(f"  {line}", highlight=False)
+                if line:  # one line each in a log file too (a terminal wraps it itself)
+                    self.console.print(f"  {line}", highlight=False, soft_wrap=True)
 
     def __enter__(self) -> LaunchProgress:
         self._thread.start()

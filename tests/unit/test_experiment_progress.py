@@ -58,9 +58,12 @@ def test_progress_lines_name_the_running_runs_and_skip_the_finished(tmp_path: Pa
     _status(tmp_path / "bc", "done", "done")
     out = io.StringIO()
     runs = {"rapi": tmp_path / "rapi", "bc": tmp_path / "bc"}
-    with LaunchProgress(runs, Console(file=out), interval_s=0.01):
+    with LaunchProgress(runs, Console(file=out, width=40), interval_s=0.01):
         wait_until(lambda: "rapi: learner group 120" in out.getvalue(), 10.0, "a progress line of rapi")
     assert "bc:" not in out.getvalue()
+    # a narrow console (a log file's is 80 columns) does not split a run's line: it stays greppable
+    line = next(text for text in out.getvalue().splitlines() if "rapi:" in text)
+    assert "actor-0 episodes 133  success 117" in line
 
 
 def test_fine_tuning_runs_side_by_side_are_at_least_one_and_at_most_the_runs():
