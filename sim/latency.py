@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robotrl.config.schema import LatencyConfig, LatencyKind
+from robotrl.config.latency import LatencyConfig, LatencyKind
 from robotrl.core.protocols import LatencyModel
 
 

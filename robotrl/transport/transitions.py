@@ -38,7 +38,7 @@ from typing import Any
 
 import zmq
 
-from robotrl.config.schema import TransportConfig
+from robotrl.config.transport import TransportConfig
 from robotrl.core.batch import TransitionBatch
 from robotrl.transport import protocol as p
 from robotrl.transport.background import Counters, lower_priority

@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 import zmq
 
-from robotrl.config.schema import TransportConfig
+from robotrl.config.transport import TransportConfig
 from robotrl.core.types import WeightsHasher, WeightUpdate, weights_digest
 from robotrl.transport import protocol as p
 from robotrl.transport.background import Counters, lower_priority
