@@ -48,9 +48,11 @@ class Bounds:
     """What an edge value means, shown in parentheses after the range (e.g. "0: off")."""
 
     def numeric(self) -> bool:
+        """Whether a range is declared (``ge``, ``gt``, ``le`` or ``lt``)."""
         return any(b is not None for b in (self.ge, self.gt, self.le, self.lt))
 
     def admits(self, x: float) -> bool:
+        """Whether the number ``x`` lies in the declared range."""
         return (
             (self.ge is None or x >= self.ge)
             and (self.gt is None or x > self.gt)
@@ -106,7 +108,7 @@ def bound_problems(cfg: Any) -> list[tuple[str, str]]:
     for d in declared_fields(cfg):
         value = getattr(d.owner, d.field.name)
         if value is not None:
-            out += value_problems(d.name, value, d.bounds, nullable(type(d.owner), d.field.name))
+            out += _value_problems(d.name, value, d.bounds, _nullable(type(d.owner), d.field.name))
     return out
 
 
@@ -114,7 +116,7 @@ _HINTS: dict[type[Any], dict[str, Any]] = {}
 """Each dataclass's resolved field types (its annotations are strings until resolved)."""
 
 
-def nullable(cls: type[Any], name: str) -> bool:
+def _nullable(cls: type[Any], name: str) -> bool:
     """Whether field ``name`` of dataclass ``cls`` is typed ``... | None``."""
     hints = _HINTS.get(cls)
     if hints is None:
@@ -123,7 +125,7 @@ def nullable(cls: type[Any], name: str) -> bool:
     return get_origin(hint) in (Union, types.UnionType) and type(None) in get_args(hint)
 
 
-def value_problems(name: str, value: Any, b: Bounds, may_be_null: bool) -> list[tuple[str, str]]:
+def _value_problems(name: str, value: Any, b: Bounds, may_be_null: bool) -> list[tuple[str, str]]:
     """The problems of one non-null ``value`` of field ``name`` against ``b``."""
     if isinstance(value, list):
         return [(name, msg) for msg in _list_problems(value, b)]
