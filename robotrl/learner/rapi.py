@@ -1,6 +1,6 @@
 """Replay-anchored policy improvement (RAPI): an in-sample critic and an advantage-weighted actor.
 
-After the asynchronous replay-anchored post-training of RAPolicy (see REFERENCE.md):
+After the asynchronous replay-anchored post-training of RAPolicy (docs/methods.md, "RAPI"):
 
 - Critic (IQL-style, never queries the current policy): two chunk-level Q networks
   regress ``y = R + gamma^m (1 - done) V_target(s')`` on the executed chunk; V is
