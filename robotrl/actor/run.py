@@ -91,7 +91,7 @@ def subscriber_for_worker(transport: dict[str, Any]) -> WeightSource:
     """Worker-side factory of the weight subscriber (the worker owns the policy's weights)."""
     from omegaconf import OmegaConf
 
-    from robotrl.transport.weights import WeightSubscriber
+    from robotrl.transport.weight_subscriber import WeightSubscriber
 
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TransportConfig), transport))
     assert isinstance(cfg, TransportConfig)
@@ -118,7 +118,7 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
         slots = PolicySlots(policies[0], policies[1], zero_copy=True)  # updates are the subscriber's own
         weights = None
         if online:
-            from robotrl.transport.weights import WeightSubscriber
+            from robotrl.transport.weight_subscriber import WeightSubscriber
 
             weights = WeightSubscriber.from_config(cfg.transport)
         trained = trained_max_delay(slots.active)

@@ -46,7 +46,8 @@ from robotrl.bench.report import report
 from robotrl.core.types import FloatArray, Observation
 from robotrl.transport.background import lower_priority
 from robotrl.transport.hotswap import expected_layout, load_parameters, module_tensors
-from robotrl.transport.weights import WeightPublisher, WeightSubscriber
+from robotrl.transport.weight_subscriber import WeightSubscriber
+from robotrl.transport.weights import WeightPublisher
 
 WIDTH = 2048
 LAYERS = 12  # 12 x (2048 x 2048 + 2048) = 50.3M parameters

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from robotrl.transport.ledger import SeqLedger
 from robotrl.transport.spool import Spool, SpoolFullError
-from robotrl.transport.transitions import Received
+from robotrl.transport.transition_receiver import Received
 from robotrl.wire.codec import Message, WireError, encode
 from robotrl.wire.messages import message_to_transition_batch, transition_batch_to_message
 

@@ -133,7 +133,7 @@ def _open_links(cfg: RobotRLConfig) -> tuple[Receiver[TransitionBatch], Sender[W
     The transition receiver starts from the ledger of what this learner already holds
     (its checkpoint and journal), so batches an actor resends after a restart are
     acknowledged without being stored twice."""
-    from robotrl.transport.transitions import TransitionReceiver
+    from robotrl.transport.transition_receiver import TransitionReceiver
     from robotrl.transport.weights import WeightPublisher
 
     ledger = restored_ledger(resume_point(cfg), open_journal(cfg))

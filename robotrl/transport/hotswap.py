@@ -21,7 +21,7 @@ import numpy.typing as npt
 import torch
 
 from robotrl.core.types import WeightUpdate
-from robotrl.transport.weights import Layout, WeightRefused
+from robotrl.transport.weight_checks import Layout, WeightRefused
 
 log = logging.getLogger(__name__)
 

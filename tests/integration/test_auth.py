@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 from transport_peers import HEARTBEAT_S, TIMEOUT_S, small_batch
 
-from robotrl.transport.transitions import TransitionReceiver, TransitionSender
-from robotrl.transport.weights import WeightPublisher, WeightSubscriber
+from robotrl.transport.transition_receiver import TransitionReceiver
+from robotrl.transport.transitions import TransitionSender
+from robotrl.transport.weight_subscriber import WeightSubscriber
+from robotrl.transport.weights import WeightPublisher
 from robotrl.wire.auth import ClientKeys, client_keys, generate, server_keys
 
 LINK = {"heartbeat_s": HEARTBEAT_S, "peer_timeout_s": TIMEOUT_S}

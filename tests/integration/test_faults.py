@@ -27,8 +27,10 @@ from waiting import wait_until
 from robotrl.bench.proxy import TcpProxy
 from robotrl.learner.journal import LEDGER_FILE
 from robotrl.transport.ledger import SeqLedger
-from robotrl.transport.transitions import TransitionReceiver, TransitionSender
-from robotrl.transport.weights import WeightPublisher, WeightSubscriber
+from robotrl.transport.transition_receiver import TransitionReceiver
+from robotrl.transport.transitions import TransitionSender
+from robotrl.transport.weight_subscriber import WeightSubscriber
+from robotrl.transport.weights import WeightPublisher
 from robotrl.wire.codec import Message, encode
 from robotrl.wire.messages import transition_batch_to_message
 

@@ -12,7 +12,8 @@ import torch
 
 from robotrl.actor.slots import PolicySlots
 from robotrl.transport.hotswap import expected_layout, install, module_tensors
-from robotrl.transport.weights import WeightPublisher, WeightSubscriber
+from robotrl.transport.weight_subscriber import WeightSubscriber
+from robotrl.transport.weights import WeightPublisher
 
 sys.path.insert(0, str(Path(__file__).parent))
 from doubles import LinearChunkPolicy

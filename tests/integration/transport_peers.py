@@ -27,7 +27,8 @@ import numpy as np
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.types import Observation, Transition
 from robotrl.transport.ledger import SeqLedger
-from robotrl.transport.transitions import TransitionReceiver, TransitionSender
+from robotrl.transport.transition_receiver import TransitionReceiver
+from robotrl.transport.transitions import TransitionSender
 from robotrl.transport.weights import WeightPublisher
 
 HEARTBEAT_S = 0.2
