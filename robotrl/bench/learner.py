@@ -34,9 +34,9 @@ from robotrl.bench.report import report
 from robotrl.config.schema import LearnerConfig, PolicySize, RobotRLConfig
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.types import EnvSpec, WeightUpdate
-from robotrl.learner.inproc import QueueLink
 from robotrl.learner.main import build_learner
 from robotrl.learner.torch_utils import resolve_device
+from robotrl.transport.inproc import TransitionQueue
 
 BATCH_TRANSITIONS = 64
 STATE_DIM = 12
@@ -153,7 +153,7 @@ def run(quick: bool = False, policy_factory: PolicyFactory | None = None) -> dic
     spec = bench_spec()
     device = resolve_device(cfg.learner.device)
     policy = (policy_factory or _default_policy)(cfg, spec)
-    inbox: QueueLink[TransitionBatch] = QueueLink(maxsize=8)
+    inbox = TransitionQueue(maxsize=8)
     rng = np.random.default_rng(0)
     stream = Stream(rng)
     with tempfile.TemporaryDirectory(prefix="robotrl-bench-learner-") as tmp:

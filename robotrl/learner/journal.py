@@ -21,6 +21,7 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
+from robotrl.core.protocols import StreamBatch
 from robotrl.transport.ledger import SeqLedger
 from robotrl.transport.spool import Spool, SpoolFullError
 from robotrl.transport.transition_receiver import Received
@@ -46,7 +47,7 @@ class Journal:
     def directory(self) -> Path:
         return self._spool.directory
 
-    def append(self, item: Received) -> bool:
+    def append(self, item: StreamBatch) -> bool:
         """Write ``item``; False (logged, counted) when the disk or the budget refuses it."""
         plain = transition_batch_to_message(item.batch, item.seq)
         message = Message(

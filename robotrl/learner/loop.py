@@ -1,6 +1,6 @@
 """The learner loop: an ingest thread fills the buffers while the main thread runs update groups.
 
-Ingest: every :class:`TransitionBatch` from the transition :class:`Receiver` goes
+Ingest: every :class:`TransitionBatch` from the transition :class:`BatchReceiver` goes
 into the online buffer (a refused batch is counted and logged, never written),
 and the :class:`AnchorFeeder` copies intervention segments and fast successes into
 the anchor. Updates: once ``learning_starts`` samples are ready, update groups run
@@ -26,7 +26,7 @@ import numpy as np
 
 from robotrl.config.schema import LearnerConfig
 from robotrl.core.batch import TransitionBatch
-from robotrl.core.protocols import Algorithm, Receiver, Sender
+from robotrl.core.protocols import Algorithm, BatchReceiver, Sender
 from robotrl.core.types import WeightUpdate
 from robotrl.learner.anchor import AnchorBuffer, AnchorFeeder
 from robotrl.learner.checkpoint import Checkpointer, Counters
@@ -47,7 +47,7 @@ class Learner:
         online: ChunkReplay,
         anchor: AnchorBuffer,
         cfg: LearnerConfig,
-        transitions: Receiver[TransitionBatch],
+        transitions: BatchReceiver,
         weights: Sender[WeightUpdate],
         *,
         metrics: MetricsLog | None = None,
@@ -116,14 +116,7 @@ class Learner:
         With a journal, the batch is on disk before the link acknowledges it (the
         receiver acknowledges a batch at the next receive), so an acknowledged batch
         survives a learner crash."""
-        recv_item = getattr(self.transitions, "recv_item", None)
-        if recv_item is None:
-            batch = self.transitions.recv(timeout_s)
-            if batch is None:
-                return False
-            self.ingest(batch)
-            return True
-        item = recv_item(timeout_s)
+        item = self.transitions.recv_item(timeout_s)
         if item is None:
             return False
         if self.journal is not None:
@@ -266,7 +259,7 @@ class Learner:
         buffers as of one instant; then forget the journaled batches the checkpoint holds."""
         assert self.checkpointer is not None
         buffers = self._save_buffers if self.cfg.save_buffers else None
-        ledger = getattr(self.transitions, "ledger", None)
+        ledger = self.transitions.ledger
         with self._ingest_lock:
             journaled = self.journal.files() if self.journal is not None else []
             extra = {LEDGER_FILE: ledger.to_json()} if ledger is not None else {}

@@ -15,8 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from robotrl.config.schema import RobotRLConfig
-from robotrl.core.batch import TransitionBatch
-from robotrl.core.protocols import Receiver, Sender
+from robotrl.core.protocols import BatchReceiver, Sender
 from robotrl.core.types import EnvSpec, WeightUpdate
 from robotrl.learner.algorithms import build_algorithm
 from robotrl.learner.anchor import AnchorBuffer
@@ -66,7 +65,7 @@ def build_learner(
     cfg: RobotRLConfig,
     policy: Any,
     spec: EnvSpec,
-    transitions: Receiver[TransitionBatch],
+    transitions: BatchReceiver,
     weights: Sender[WeightUpdate],
     console: bool = True,
 ) -> Learner:
@@ -127,7 +126,7 @@ def _env_spec(cfg: RobotRLConfig) -> EnvSpec:
     return spec
 
 
-def _open_links(cfg: RobotRLConfig) -> tuple[Receiver[TransitionBatch], Sender[WeightUpdate]]:
+def _open_links(cfg: RobotRLConfig) -> tuple[BatchReceiver, Sender[WeightUpdate]]:
     """The ZeroMQ links of the transport package: the one place that names their constructors.
 
     The transition receiver starts from the ledger of what this learner already holds
