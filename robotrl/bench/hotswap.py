@@ -44,8 +44,9 @@ import torch
 
 from robotrl.bench.report import report
 from robotrl.core.types import FloatArray, Observation
+from robotrl.policy.weights import load_parameters
 from robotrl.transport.background import lower_priority
-from robotrl.transport.hotswap import expected_layout, load_parameters, module_tensors
+from robotrl.transport.hotswap import expected_layout, module_tensors
 from robotrl.transport.weight_subscriber import WeightSubscriber
 from robotrl.transport.weights import WeightPublisher
 

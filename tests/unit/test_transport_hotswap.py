@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from robotrl.core.types import WeightUpdate
-from robotrl.transport.hotswap import expected_layout, install, load_parameters, module_tensors
+from robotrl.policy.weights import load_parameters
+from robotrl.transport.hotswap import expected_layout, install, module_tensors
 from robotrl.transport.weight_checks import WeightRefused
 
 
