@@ -136,9 +136,9 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
         torch_threads=inference_threads(),
     )
     backend = ProcessInference(worker_spec)
-    trained = int(backend.info["max_delay"])
+    trained = backend.info.max_delay
     cap = max_prefix(cfg.policy, None if trained < 0 else trained)
-    return backend, int(backend.info["horizon"]), cap
+    return backend, backend.info.horizon, cap
 
 
 def max_prefix(policy_cfg: PolicyConfig, trained: int | None) -> int:

@@ -181,7 +181,7 @@ def run_ours(act_dir: Path, seconds: float, workdir: Path) -> dict[str, Any]:
     )
     backend = ProcessInference(spec)
     cfg = ActorConfig(strategy=Strategy.prefix, virtual_time=False)
-    loop = build_loop(env, backend, cfg, backend.info["horizon"], latency=None, max_prefix=HORIZON - 1)
+    loop = build_loop(env, backend, cfg, backend.info.horizon, latency=None, max_prefix=HORIZON - 1)
     try:
         result = loop.run_episode(0, seed=0)
     finally:
