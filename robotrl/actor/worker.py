@@ -73,7 +73,7 @@ class WorkerSpec:
     weights_factory: str | None = None
     """'module:function' returning a WeightSource polled by the loader thread; None: fixed weights."""
     weights_kwargs: dict[str, Any] = field(default_factory=dict)
-    initial_version: int = 0
+    initial_policy_version: int = 0
     torch_threads: int | None = None
     """torch intra-op threads in the worker; None leaves torch's default."""
     pythonpath: list[str] = field(default_factory=list)
@@ -124,8 +124,8 @@ def _load_weights_forever(
         while not stop.wait(0.002):
             update = source.latest()
             if update is not None and slots.stage(update):
-                log.info("weights v%d staged", update.version)
-                announce.send(str(update.version).encode())
+                log.info("weights v%d staged", update.policy_version)
+                announce.send(str(update.policy_version).encode())
     finally:
         announce.close()
 
@@ -142,7 +142,9 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
     active: ChunkPolicy = factory(**spec.policy_kwargs)
     seed_everything(0)
     spare: ChunkPolicy = factory(**spec.policy_kwargs)
-    slots = PolicySlots(active, spare, spec.initial_version, zero_copy=True)  # updates are the loader's own
+    slots = PolicySlots(
+        active, spare, spec.initial_policy_version, zero_copy=True
+    )  # updates are the loader's own
     stop = threading.Event()
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     sock = ctx.socket(zmq.PAIR)
@@ -161,7 +163,7 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
         loader.start()
     parent = os.getppid()
     ready = WorkerReady(
-        active.horizon, _trained_max_delay(active), active.action_dim, slots.version, os.getpid()
+        active.horizon, _trained_max_delay(active), active.action_dim, slots.policy_version, os.getpid()
     )
     gc.collect()
     gc.freeze()  # the policy's many objects are never scanned again: no long collection mid-inference
@@ -233,7 +235,7 @@ class ProcessInference:
         ]
         self.process = subprocess.Popen(cmd)  # inherits stdout/stderr: its logs sit beside ours
         self.bad_replies = 0
-        self._newest_version = spec.initial_version
+        self._newest_version = spec.initial_policy_version
         self.info = self._await_ready(startup_timeout_s)
 
     def _await_ready(self, timeout_s: float) -> WorkerReady:

@@ -340,7 +340,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         else None,
         "lerobot_starved_ticks": theirs.get("starved_ticks"),
         "lateness_p99_ms": round(ours["lateness_p99_ms"], 3),
-        "weight_versions": ours["versions_run"],
+        "policy_versions": ours["versions_run"],
         "seconds": seconds,
     }
     if ours["failure"] or "error" in theirs:

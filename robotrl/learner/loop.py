@@ -139,7 +139,7 @@ class Learner:
 
     def _min_version(self) -> int | None:
         lag = self.cfg.max_policy_lag
-        return None if lag is None else self.counters.weight_version - lag
+        return None if lag is None else self.counters.policy_version - lag
 
     def ready(self) -> int:
         """Chunk samples stored and ready, online and anchor (the lag cap is checked apart)."""
@@ -159,7 +159,7 @@ class Learner:
         except LookupError:
             online, n_anchor = None, size
         if online is not None:
-            lag = self.counters.weight_version - online[VERSION_KEY]
+            lag = self.counters.policy_version - online[VERSION_KEY]
             lag = lag[online[VERSION_KEY] >= 0]
             if lag.size:
                 self._lag_sum += int(lag.sum())
@@ -206,14 +206,14 @@ class Learner:
     # ----------------------------------------------------------------- updates
 
     def publish(self) -> None:
-        """Send the policy as the next weight version."""
-        self.counters.weight_version += 1
+        """Send the policy as the next policy version."""
+        self.counters.policy_version += 1
         update = WeightUpdate.build(
-            self.counters.weight_version, self.algorithm.policy_weights(), self.subset, time.time()
+            self.counters.policy_version, self.algorithm.policy_weights(), self.subset, time.time()
         )
         if not self.weights.send(update):
             self.publish_refused += 1
-            log.warning("weight version %d was refused by the weight link", update.version)
+            log.warning("policy version %d was refused by the weight link", update.policy_version)
 
     def run(self, max_groups: int = 0) -> Counters:
         """Ingest and update until stopped or ``max_groups`` groups ran (0: until stopped)."""
@@ -222,7 +222,7 @@ class Learner:
             log.warning(
                 "learner.policy_lr_end anneals over learner.max_groups, which is 0: the rate stays constant"
             )
-        if self.counters.weight_version > 0:
+        if self.counters.policy_version > 0:
             self.publish()  # a resumed learner re-announces its policy under a new version
         done = 0
         prefetcher: Prefetcher | None = None
@@ -297,7 +297,7 @@ class Learner:
         elapsed = max(now - self._window_start, 1e-9)
         record: dict[str, float | int] = {
             "group": self.counters.groups,
-            "version": self.counters.weight_version,
+            "version": self.counters.policy_version,
             "transitions": self.counters.transitions,
             "ingest_tps": self._window_transitions / elapsed,
             "updates_per_s": self._window_updates / elapsed,

@@ -173,6 +173,6 @@ def run_learner(cfg: RobotRLConfig) -> int:
         if learner.metrics is not None:
             learner.metrics.close()
     Console().print(
-        f"robotrl learner: stopped after {counters.groups} groups, weight version {counters.weight_version}"
+        f"robotrl learner: stopped after {counters.groups} groups, policy version {counters.policy_version}"
     )
     return 0

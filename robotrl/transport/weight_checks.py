@@ -73,4 +73,4 @@ def verify(update: WeightUpdate, expected: Layout | None) -> None:
         check_tensor(name, arr, expected)
     check_complete(update.tensors.keys(), update.subset, expected)
     if weights_digest(update.tensors) != update.digest:
-        raise WeightRefused("digest", f"version {update.version}: tensors do not match the digest")
+        raise WeightRefused("digest", f"version {update.policy_version}: tensors do not match the digest")

@@ -53,7 +53,7 @@ class WeightSubscriber:
         endpoint: str,
         *,
         expected: Layout | None = None,
-        have_version: int = -1,
+        have_policy_version: int = -1,
         heartbeat_s: float = 1.0,
         peer_timeout_s: float = 5.0,
         keys: ClientKeys | None = None,
@@ -61,7 +61,7 @@ class WeightSubscriber:
     ) -> None:
         self.endpoint = endpoint
         self._expected = expected
-        self._have = have_version
+        self._have = have_policy_version
         self._live = Liveness(heartbeat_s, peer_timeout_s, clock)
         self._link = LinkClient(
             endpoint, keys, self, self._live, who="weights", peer="publisher", thread_name="weights-sub"
@@ -99,7 +99,7 @@ class WeightSubscriber:
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = self._counts.snapshot()
-        out["have_version"] = self._have
+        out["policy_version"] = self._have
         out["publisher_alive"] = self._live.alive()
         return out
 
@@ -212,7 +212,7 @@ class WeightSubscriber:
         if asm.hasher.hexdigest() != digest:
             raise WeightRefused("digest", f"version {version}: tensors do not match the digest")
         update = WeightUpdate(asm.version, asm.tensors, digest, asm.subset, asm.created_time)
-        self._have = update.version
+        self._have = update.policy_version
         self._counts.add("verified")
         with self._arrived:
             if self._ready_update is not None:

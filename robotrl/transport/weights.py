@@ -59,7 +59,7 @@ def split_pieces(tensors: Mapping[str, npt.NDArray[Any]], piece_bytes: int) -> l
 
 @dataclass
 class _Published:
-    version: int
+    policy_version: int
     pieces: list[list[Frame]]
     created_time: float
     snapshot: Snapshot | None
@@ -89,7 +89,7 @@ class WeightPublisher:
         endpoint: str,
         *,
         piece_bytes: int = 16 << 20,
-        start_version: int = 1,
+        start_policy_version: int = 1,
         heartbeat_s: float = 1.0,
         peer_timeout_s: float = 5.0,
         keys: ServerKeys | None = None,
@@ -97,7 +97,7 @@ class WeightPublisher:
     ) -> None:
         self.session = secrets.token_hex(8)
         self._piece_bytes = piece_bytes
-        self._next_version = start_version
+        self._next_version = start_policy_version
         self._heartbeat_s = heartbeat_s
         self._peer_timeout_s = peer_timeout_s
         self._clock = clock
@@ -127,12 +127,12 @@ class WeightPublisher:
         subset: str = "full",
         *,
         copy: bool = True,
-        version: int | None = None,
+        policy_version: int | None = None,
     ) -> int:
         """Make ``tensors`` the newest version and return its number; never waits on the network.
 
         ``copy=True`` snapshots the tensors first, so the caller may go on changing
-        them; pass False only for arrays nobody will modify again. ``version`` numbers
+        them; pass False only for arrays nobody will modify again. ``policy_version`` numbers
         the update explicitly (a resumed learner continues its own count); it must be
         above every version published so far.
         """
@@ -140,10 +140,10 @@ class WeightPublisher:
         snap = self._pool.take(tensors) if copy else None
         arrays = snap.arrays if snap is not None else dict(tensors)
         with self._lock:
-            if version is not None:
-                if version < self._next_version:
-                    raise ValueError(f"weight version {version} is not above {self._next_version - 1}")
-                self._next_version = version
+            if policy_version is not None:
+                if policy_version < self._next_version:
+                    raise ValueError(f"policy version {policy_version} is not above {self._next_version - 1}")
+                self._next_version = policy_version
             version = self._next_version
             self._next_version += 1
             if self._pending is not None:
@@ -160,7 +160,7 @@ class WeightPublisher:
         False (nothing sent) when the version is not above every one published so far.
         """
         try:
-            self.publish(item.tensors, item.subset, version=item.version)
+            self.publish(item.tensors, item.subset, policy_version=item.policy_version)
         except ValueError as exc:
             log.warning("weights refused for publishing: %s", exc)
             return False
@@ -169,7 +169,7 @@ class WeightPublisher:
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = self._counts.snapshot()
         with self._lock:
-            out["latest_version"] = self._latest.version if self._latest else None
+            out["policy_version"] = self._latest.policy_version if self._latest else None
             out["subscribers"] = len(self._subs)
         return out
 
@@ -217,8 +217,8 @@ class WeightPublisher:
                 "count": len(groups),
             }
             arrays = {n: update.tensors[n] for n in names}
-            pieces.append(encode(Message(p.WPIECE, "learner", update.version, arrays, meta)))
-        published = _Published(update.version, pieces, update.created_time, snap)
+            pieces.append(encode(Message(p.WPIECE, "learner", update.policy_version, arrays, meta)))
+        published = _Published(update.policy_version, pieces, update.created_time, snap)
         with self._lock:
             if self._latest is not None:
                 self._pool.release(self._latest.snapshot)
@@ -226,13 +226,13 @@ class WeightPublisher:
         threading.Thread(target=self._seal, args=(published, update), daemon=True).start()
         self._counts.add("published")
         for sub in self._subs.values():
-            sub.cursor = 0 if sub.have < update.version else None
+            sub.cursor = 0 if sub.have < update.policy_version else None
 
     def _seal(self, published: _Published, update: WeightUpdate) -> None:
         """Hash (BLAKE3 releases the GIL) while the pieces go out; the seal follows them."""
         digest = weights_digest(update.tensors)
         meta = {"digest": digest, "count": len(published.pieces)}
-        published.seal = encode(Message(p.WSEAL, "learner", update.version, {}, meta))
+        published.seal = encode(Message(p.WSEAL, "learner", update.policy_version, {}, meta))
         self._wake.set()
 
     def _on_want(self, route: bytes, have: int, restart: bool) -> None:
@@ -243,9 +243,11 @@ class WeightPublisher:
         sub.live.heard()
         sub.have = have
         latest = self._latest
-        if latest is not None and latest.version > have and sub.cursor is None:
-            sub.cursor = 0 if restart or sub.sent_version != latest.version else None
-        beat = p.control(p.WBEAT, "learner", session=self.session, latest=latest.version if latest else -1)
+        if latest is not None and latest.policy_version > have and sub.cursor is None:
+            sub.cursor = 0 if restart or sub.sent_version != latest.policy_version else None
+        beat = p.control(
+            p.WBEAT, "learner", session=self.session, latest=latest.policy_version if latest else -1
+        )
         self._send(route, encode(beat))
 
     def _send_pieces(self) -> None:
@@ -265,7 +267,7 @@ class WeightPublisher:
                 sub.cursor += 1
                 if sub.cursor > len(latest.pieces):
                     sub.cursor = None
-                    sub.sent_version = latest.version
+                    sub.sent_version = latest.policy_version
 
     def _send(self, route: bytes, frames: list[Any]) -> bool:
         """False when the subscriber's queue is full (go on next pass) or it is gone (forgotten)."""

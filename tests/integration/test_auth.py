@@ -47,7 +47,7 @@ def test_an_actor_without_authorized_keys_cannot_receive_weights(keys, who):
     try:
         version = pub.publish({"w": np.ones(4, np.float32)})
         got = good.recv(20.0)
-        assert got is not None and got.version == version  # the link works for an authorized actor
+        assert got is not None and got.policy_version == version  # the link works for an authorized actor
         assert bad.recv(QUIET_S) is None
         assert not bad.stats()["publisher_alive"]
     finally:

@@ -333,7 +333,7 @@ def test_weight_update_corrupted_on_the_wire_is_refused_the_old_weights_stay(cap
         with caplog.at_level(logging.WARNING):
             first = pub.publish({"w": np.full((1024, 1024), 1.0, np.float32)})
             update = sub.recv(20.0)
-            assert update is not None and update.version == first
+            assert update is not None and update.policy_version == first
             proxy.corrupt_after(1 << 20)  # a byte 1 MB into the next 4 MB update
             pub.publish({"w": np.full((1024, 1024), 2.0, np.float32)})
             wait_until(proxy.corrupted.is_set, 20, "the proxy to corrupt the update")
@@ -345,5 +345,5 @@ def test_weight_update_corrupted_on_the_wire_is_refused_the_old_weights_stay(cap
         sub.close()
         proxy.close()
         pub.close()
-    assert update is not None and update.version == third and float(update.tensors["w"][0, 0]) == 3.0
+    assert update is not None and update.policy_version == third and float(update.tensors["w"][0, 0]) == 3.0
     assert "weights: refused update (digest" in caplog.text

@@ -121,7 +121,7 @@ def test_learner_weight_publisher_survives_hostile_subscribers():
         try:
             version = pub.publish({"w": np.ones(8, np.float32)})
             update = sub.recv(20.0)
-            assert update is not None and update.version == version
+            assert update is not None and update.policy_version == version
         finally:
             sub.close()
     finally:

@@ -81,9 +81,9 @@ def test_loop_ingests_updates_publishes_rising_versions_and_resumes_from_its_che
     learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
     counters = learner.run(max_groups=4)
     updates = outbox.drain()
-    assert [u.version for u in updates] == [1, 2, 3, 4]
+    assert [u.policy_version for u in updates] == [1, 2, 3, 4]
     assert all(u.digest_matches() and u.subset == "trainable" for u in updates)
-    assert counters.groups == 4 and counters.weight_version == 4 and counters.transitions > 0
+    assert counters.groups == 4 and counters.policy_version == 4 and counters.transitions > 0
     assert learner.feeder.successes_kept >= 1  # odd episodes succeed: the anchor gets them
     lines = [json.loads(x) for x in (tmp_path / "run" / METRICS_FILE).read_text().splitlines()]
     assert [x["group"] for x in lines] == [1, 2, 3, 4] and "q_loss" in lines[-1] and "lag_mean" in lines[-1]
@@ -96,15 +96,15 @@ def test_loop_ingests_updates_publishes_rising_versions_and_resumes_from_its_che
     for b in episodes(10, 3):
         inbox2.send(b)
     resumed = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox2, outbox2, console=False)
-    assert resumed.counters.groups == 4 and resumed.counters.weight_version == 4
+    assert resumed.counters.groups == 4 and resumed.counters.policy_version == 4
     assert resumed.counters.transitions == counters.transitions
     assert resumed.algorithm.state_dict()["counters"] == saved
     resumed.run(max_groups=2)
     again = outbox2.drain()
-    assert [u.version for u in again] == [5, 6, 7]  # re-announced as 5, never a reused version
+    assert [u.policy_version for u in again] == [5, 6, 7]  # re-announced as 5, never a reused version
     for name, tensor in updates[-1].tensors.items():
         np.testing.assert_array_equal(again[0].tensors[name], tensor)
-    assert resumed.counters.groups == 6 and resumed.counters.weight_version == 7
+    assert resumed.counters.groups == 6 and resumed.counters.policy_version == 7
     resumed.online.close()
     resumed.anchor.close()
 
@@ -118,7 +118,7 @@ def test_bad_batch_is_refused_counted_and_the_loop_keeps_going(tmp_path):
     learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
     learner.run(max_groups=2)
     assert learner.refused_batches == 1 and learner.online.refused_batches == 1
-    assert [u.version for u in outbox.drain()] == [1, 2]
+    assert [u.policy_version for u in outbox.drain()] == [1, 2]
     learner.online.close()
 
 
@@ -133,7 +133,7 @@ def test_batches_mix_anchor_and_online_and_respect_the_lag_cap(tmp_path):
     learner.ingest(
         episode_batch("actor-1", 7, range(10), end="truncated", cameras=CAMS, intervention=flags, version=1)
     )
-    learner.counters.weight_version = 5
+    learner.counters.policy_version = 5
     batch = learner.next_batch()
     versions = batch[VERSION_KEY]
     online, anchor = versions[:32], versions[32:]
@@ -192,7 +192,7 @@ def test_prefetched_batches_train_the_same_loop(tmp_path):
     learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
     assert learner.prefetch == 2
     learner.run(max_groups=3)
-    assert [u.version for u in outbox.drain()] == [1, 2, 3]
+    assert [u.policy_version for u in outbox.drain()] == [1, 2, 3]
     assert not any(t.name == "prefetch" and t.is_alive() for t in threading.enumerate())
     learner.online.close()
     learner.anchor.close()
