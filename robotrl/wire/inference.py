@@ -113,13 +113,7 @@ def message_to_request(message: Message) -> InferenceRequest:
 
 def reply_to_message(reply: InferenceReply) -> Message:
     arrays = {} if reply.actions is None else {"actions": reply.actions}
-    meta = {
-        "epoch": reply.epoch,
-        "obs_tick": reply.obs_tick,
-        "policy_version": reply.policy_version,
-        "infer_s": reply.infer_s,
-        "error": reply.error,
-    }
+    meta = {name: getattr(reply, name) for name in (*_REPLY_META, "error")}
     return Message(CHUNK, "worker", reply.request_id, arrays, meta)
 
 

@@ -6,16 +6,8 @@ import numpy as np
 import pytest
 
 from robotrl.core.types import InferenceReply, InferenceRequest, Observation
+from robotrl.wire import inference as wi
 from robotrl.wire.codec import Message, WireError, decode, encode
-from robotrl.wire.inference import (
-    WorkerReady,
-    message_to_ready,
-    message_to_reply,
-    message_to_request,
-    ready_to_message,
-    reply_to_message,
-    request_to_message,
-)
 
 
 def _request(prefix: bool) -> InferenceRequest:
@@ -33,7 +25,7 @@ def _request(prefix: bool) -> InferenceRequest:
 @pytest.mark.parametrize("prefix", [True, False])
 def test_a_request_survives_the_wire(prefix):
     sent = _request(prefix)
-    got = message_to_request(decode(encode(request_to_message(sent))))
+    got = wi.message_to_request(decode(encode(wi.request_to_message(sent))))
     assert (got.request_id, got.epoch, got.delay, got.seed) == (11, 3, 2, 99)
     assert (got.observation.tick, got.observation.instruction, got.observation.timestamp) == (
         7,
@@ -47,28 +39,28 @@ def test_a_request_survives_the_wire(prefix):
 
 def test_a_reply_survives_the_wire_with_or_without_actions():
     ok = InferenceReply(5, 1, 7, np.zeros((8, 3), np.float32), 4, 0.02)
-    got = message_to_reply(decode(encode(reply_to_message(ok))))
+    got = wi.message_to_reply(decode(encode(wi.reply_to_message(ok))))
     assert (got.request_id, got.policy_version, got.infer_s, got.error) == (5, 4, 0.02, None)
     assert got.actions is not None and got.actions.shape == (8, 3)
     failed = InferenceReply(6, 1, 7, None, 4, 0.0, "boom")
-    assert message_to_reply(decode(encode(reply_to_message(failed)))) == failed
+    assert wi.message_to_reply(decode(encode(wi.reply_to_message(failed)))) == failed
 
 
 def test_ready_survives_the_wire():
-    ready = WorkerReady(horizon=16, max_delay=-1, action_dim=6, policy_version=3, pid=1234)
-    assert message_to_ready(decode(encode(ready_to_message(ready)))) == ready
+    ready = wi.WorkerReady(horizon=16, max_delay=-1, action_dim=6, policy_version=3, pid=1234)
+    assert wi.message_to_ready(decode(encode(wi.ready_to_message(ready)))) == ready
 
 
 def test_malformed_messages_are_refused_as_schema_errors():
-    good = request_to_message(_request(True))
+    good = wi.request_to_message(_request(True))
     bad_meta = Message(good.kind, good.sender, good.seq, good.arrays, {**good.meta, "tick": "7"})
     no_state = Message(good.kind, good.sender, good.seq, {"prefix": good.arrays["prefix"]}, good.meta)
     flag_as_int = Message(good.kind, good.sender, good.seq, good.arrays, {**good.meta, "seed": True})
     wrong_kind = Message("chunk", good.sender, good.seq, good.arrays, good.meta)
     for message in (bad_meta, no_state, flag_as_int, wrong_kind):
         with pytest.raises(WireError) as info:
-            message_to_request(message)
+            wi.message_to_request(message)
         assert info.value.reason == "schema"
-    reply = reply_to_message(InferenceReply(5, 1, 7, None, 4, 0.02))
+    reply = wi.reply_to_message(InferenceReply(5, 1, 7, None, 4, 0.02))
     with pytest.raises(WireError, match="error"):
-        message_to_reply(Message(reply.kind, reply.sender, reply.seq, {}, {**reply.meta, "error": 3}))
+        wi.message_to_reply(Message(reply.kind, reply.sender, reply.seq, {}, {**reply.meta, "error": 3}))
