@@ -10,7 +10,6 @@ Socket options, CURVE and binding to OS-assigned ports are :mod:`.sockets`'.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
 import threading
@@ -279,8 +278,7 @@ class LinkClient:
                     handler.on_reconnect()
                 handler.after_poll()
         finally:
-            with contextlib.suppress(zmq.ZMQError):
-                sock.close(linger=0)
+            sock.close(linger=0)
             ctx.term()
 
     def _receive(self, sock: zmq.Socket[bytes]) -> None:

@@ -109,10 +109,10 @@ class WeightSubscriber:
     # -- I/O thread: the link's ClientHandler ----------------------------------------------
 
     def on_start(self) -> None:
-        pass
+        """Nothing carried over from an earlier run: the publisher resends its newest version."""
 
     def before_poll(self) -> None:
-        pass
+        """Nothing handed off by the caller: updates only arrive."""
 
     def wait_ms(self) -> int:
         return POLL_MS
