@@ -44,9 +44,11 @@ import torch
 
 from robotrl.bench.report import report
 from robotrl.core.types import FloatArray, Observation
+from robotrl.policy.weights import load_parameters
 from robotrl.transport.background import lower_priority
-from robotrl.transport.hotswap import expected_layout, load_parameters, module_tensors
-from robotrl.transport.weights import WeightPublisher, WeightSubscriber
+from robotrl.transport.hotswap import expected_layout, module_tensors
+from robotrl.transport.weight_subscriber import WeightSubscriber
+from robotrl.transport.weights import WeightPublisher
 
 WIDTH = 2048
 LAYERS = 12  # 12 x (2048 x 2048 + 2048) = 50.3M parameters

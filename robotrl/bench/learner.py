@@ -36,9 +36,9 @@ from robotrl.config.policy import PolicySize
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.types import EnvSpec, WeightUpdate
-from robotrl.learner.inproc import QueueLink
 from robotrl.learner.main import build_learner
 from robotrl.learner.torch_utils import resolve_device
+from robotrl.transport.inproc import TransitionQueue
 
 BATCH_TRANSITIONS = 64
 STATE_DIM = 12
@@ -154,7 +154,7 @@ def run(quick: bool = False, policy_factory: PolicyFactory | None = None) -> dic
     spec = bench_spec()
     device = resolve_device(cfg.learner.device)
     policy = (policy_factory or _default_policy)(cfg, spec)
-    inbox: QueueLink[TransitionBatch] = QueueLink(maxsize=8)
+    inbox = TransitionQueue(maxsize=8)
     rng = np.random.default_rng(0)
     stream = Stream(rng)
     with tempfile.TemporaryDirectory(prefix="robotrl-bench-learner-") as tmp:

@@ -54,7 +54,7 @@ from robotrl.policy.checkpoint import (
     spec_from_dict,
     write_meta,
 )
-from robotrl.transport.hotswap import load_parameters
+from robotrl.policy.weights import load_parameters
 
 ARCHITECTURE = "robotrl.flow"
 WEIGHTS_FILE = "model.safetensors"
