@@ -4,7 +4,7 @@ Three processes, as `robotrl actor` runs: a learner, the actor's control process
 its inference worker. The learner holds a 50M-parameter policy (12 linear layers of
 2048x2048, float32, about 200 MB) and publishes it through a :class:`WeightPublisher`,
 changing it in place between publications as training would. The control process is
-the real actor: :func:`~robotrl.actor.main.build_loop`'s 50 Hz wall-clock loop on the
+the real actor: :func:`~robotrl.actor.compose.build_loop`'s 50 Hz wall-clock loop on the
 simulated arm, with the policy in the real inference worker
 (:class:`~robotrl.actor.worker.ProcessInference`), whose loader thread takes each
 verified update from a :class:`WeightSubscriber` into the spare of its two weight
@@ -156,7 +156,7 @@ class _ReportNewVersions:
 def _actor(conn: Connection, learner: Connection, endpoint: str) -> None:
     """The actor's control process, as `robotrl actor` builds it: the real control loop at 50 Hz on
     the simulated arm, the policy in the real inference worker with its two weight slots."""
-    from robotrl.actor.main import build_loop
+    from robotrl.actor.compose import build_loop
     from robotrl.actor.worker import ProcessInference, WorkerSpec
     from robotrl.config.schema import ActorConfig, EnvConfig, Strategy
     from robotrl.sim import make_env

@@ -10,7 +10,7 @@
    ``experiment.repeats`` times with other seeds (all algorithms' first runs come first),
 5. evaluate each fine-tuned policy on the same seeds, pooling an algorithm's runs,
 6. record a rerun view of the fine-tuned policy, plot the learning curves, and write
-   the before/after table and ``results.json``.
+   the before/after table and the results (:func:`robotrl.core.run_folder.write_demo_results`).
 
 Every step is cached in ``experiment.output_dir``; a second run redoes only what is
 missing. The numbers are measured on the run, never assumed.
@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import json
 import shutil
 import tempfile
 import time
@@ -42,11 +41,11 @@ from robotrl.config.schema import (
     demo_online_seeds,
     demo_seed_problems,
 )
+from robotrl.core import run_folder
 from robotrl.core.types import OUTCOME_SUCCESS
 from robotrl.experiment.parallel import Job, JobDone, run_parallel
 from robotrl.experiment.progress import LaunchProgress, launch_finished
 from robotrl.experiment.steps import (
-    STAMP,
     StepFailedError,
     Steps,
     config_overrides,
@@ -58,9 +57,6 @@ from robotrl.experiment.steps import (
     step_key,
 )
 
-RESULTS = "results.json"
-CURVE = "learning_curve.png"
-RECORDING = "demo.rrd"
 RUN_GROUPS = ("env", "policy", "actor", "learner", "transport")
 POLICY_FIGURES = (
     "episodes",
@@ -71,7 +67,7 @@ POLICY_FIGURES = (
     "jerk_rms",
     "starved_ticks",
 )
-"""What results.json keeps of each policy's evaluation (``runs``: a fine-tuned policy's per-run success)."""
+"""What the results keep of each policy's evaluation (``runs``: a fine-tuned policy's per-run success)."""
 
 
 class Demo:
@@ -187,9 +183,9 @@ class Demo:
         return f"evaluate {label} on {self.ex.eval_episodes} fixed seeds", out, argv
 
     def _evaluation_summary(self, out: Path) -> dict[str, Any]:
-        summary: dict[str, Any] = json.loads((out / "eval_summary.json").read_text())
+        summary = run_folder.read_eval_summary(out)
         if summary["episodes"] != self.ex.eval_episodes:  # stopped early (Ctrl-C): not a result
-            (out / STAMP).unlink(missing_ok=True)
+            (out / run_folder.STEP_STAMP).unlink(missing_ok=True)
             raise StepFailedError(f"{out}: {summary['episodes']} of {self.ex.eval_episodes} episodes ran")
         return summary
 
@@ -232,7 +228,7 @@ class Demo:
             f"{self.ex.online_episodes} episodes, {self.ex.update_groups} update groups, "
             f"latency {_latency(self.cfg)})"
         )
-        if not (out / STAMP).exists():
+        if not (out / run_folder.STEP_STAMP).exists():
             shutil.rmtree(out, ignore_errors=True)  # a half-finished run starts over
         return title, out, argv
 
@@ -314,10 +310,10 @@ class Demo:
         return policy
 
     def rerun_view(self, policy: Path, label: str) -> Path | None:
-        path = self.out / RECORDING
+        path = self.out / run_folder.DEMO_RECORDING
         if self.ex.rerun_episodes == 0:
             return None
-        stamp = self.out / ".rerun_stamp"
+        stamp = self.out / run_folder.RECORDING_STAMP
         key = f"{policy}:{self.ex.rerun_episodes}:{run_id(policy.parent)}"  # a new fine-tune, a new view
         if path.exists() and stamp.exists() and stamp.read_text() == key:
             self.steps.note_cached(f"rerun recording of {label}", path)
@@ -376,9 +372,9 @@ class Demo:
             for a in self.ex.algorithms
             for run in range(self.ex.repeats)
         }
-        curve = learning_curves(every_run, evals, self.out / CURVE)
+        curve = learning_curves(every_run, evals, self.out / run_folder.LEARNING_CURVE)
         results = self.results(evals, time.perf_counter() - start)
-        (self.out / RESULTS).write_text(json.dumps(results, indent=2))
+        run_folder.write_demo_results(self.out, results)
         self._report(evals, results, curve, recording)
         return 0
 
@@ -504,7 +500,7 @@ class Demo:
                     + _compare(evals["rapi"]["ci95"], evals[baseline]["ci95"])
                 )
         self.console.print(
-            f"results: {self.out / RESULTS}\nlearning curves: {curve}\n"
+            f"results: {self.out / run_folder.RESULTS}\nlearning curves: {curve}\n"
             + (f"rerun recording: {recording}  (open with: rerun {recording})\n" if recording else "")
             + f"logs of every role: {self.out}/finetune_*/logs/\ntotal wall time {results['wall_s']:.0f} s"
         )
@@ -529,14 +525,13 @@ def export_policy(pretrained: Path, run_dir: Path, target: Path) -> None:
     policy checkpoint that `robotrl eval policy.path=...` loads."""
     from safetensors.numpy import load_file
 
-    from robotrl.learner.checkpoint import Checkpointer
     from robotrl.policy import load_policy, save_policy
 
-    latest = Checkpointer(run_dir).latest()
+    latest = run_folder.latest_checkpoint(run_dir)
     if latest is None:
         raise RuntimeError(f"{run_dir}: the learner wrote no checkpoint (did it run any update group?)")
     policy = load_policy(pretrained)
-    policy.load_weights(load_file(str(latest / "policy.safetensors")))
+    policy.load_weights(load_file(str(latest / run_folder.CHECKPOINT_POLICY)))
     save_policy(policy, target)
 
 
