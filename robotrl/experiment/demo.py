@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from robotrl.actor.report import outcome_text, pool_summaries
+from robotrl.actor.report import pool_summaries
 from robotrl.config.load import problems_error
 from robotrl.config.schema import (
     FINETUNE_RUNS,
@@ -42,7 +41,7 @@ from robotrl.config.schema import (
     demo_seed_problems,
 )
 from robotrl.core import run_folder
-from robotrl.core.types import OUTCOME_SUCCESS
+from robotrl.experiment.demo_results import demo_results, eval_noise_scale, latency_text, print_results
 from robotrl.experiment.parallel import Job, JobDone, run_parallel
 from robotrl.experiment.progress import LaunchProgress, launch_finished
 from robotrl.experiment.steps import (
@@ -58,16 +57,6 @@ from robotrl.experiment.steps import (
 )
 
 RUN_GROUPS = ("env", "policy", "actor", "learner", "transport")
-POLICY_FIGURES = (
-    "episodes",
-    "success_rate",
-    "ci95",
-    "runs",
-    "mean_time_to_success_s",
-    "jerk_rms",
-    "starved_ticks",
-)
-"""What the results keep of each policy's evaluation (``runs``: a fine-tuned policy's per-run success)."""
 
 
 class Demo:
@@ -120,14 +109,9 @@ class Demo:
         }
         return self._variant(**no_takeover, **changes)
 
-    def _eval_noise_scale(self) -> float:
-        """The evaluations' inference temperature: ``experiment.eval_noise_scale``, else the policy's."""
-        scale = self.ex.eval_noise_scale
-        return self.cfg.policy.noise_scale if scale is None else scale
-
     def _evaluation(self, **changes: Any) -> RobotRLConfig:
         """:meth:`_offline` at the evaluations' inference temperature."""
-        return self._offline(policy__noise_scale=self._eval_noise_scale(), **changes)
+        return self._offline(policy__noise_scale=eval_noise_scale(self.cfg), **changes)
 
     def _sockets(self, name: str) -> Path:
         """A short, stable folder for ipc sockets (ipc paths are limited to ~100 bytes)."""
@@ -226,7 +210,7 @@ class Demo:
         title = (
             f"fine-tune online with {algorithm}{self._of_runs(run)} ({self.ex.actors} actor(s) x "
             f"{self.ex.online_episodes} episodes, {self.ex.update_groups} update groups, "
-            f"latency {_latency(self.cfg)})"
+            f"latency {latency_text(self.cfg)})"
         )
         if not (out / run_folder.STEP_STAMP).exists():
             shutil.rmtree(out, ignore_errors=True)  # a half-finished run starts over
@@ -373,9 +357,9 @@ class Demo:
             for run in range(self.ex.repeats)
         }
         curve = learning_curves(every_run, evals, self.out / run_folder.LEARNING_CURVE)
-        results = self.results(evals, time.perf_counter() - start)
+        results = demo_results(self.cfg, evals, time.perf_counter() - start, self.steps)
         run_folder.write_demo_results(self.out, results)
-        self._report(evals, results, curve, recording)
+        print_results(self.console, self.cfg, evals, results, curve, recording)
         return 0
 
     def _runs_each(self) -> str:
@@ -385,58 +369,6 @@ class Demo:
         """`` (run 2 of 3)`` when the experiment repeats its fine-tuning runs, else nothing."""
         return f" (run {run + 1} of {self.ex.repeats})" if self.ex.repeats > 1 else ""
 
-    def results(self, evals: dict[str, dict[str, Any]], wall_s: float) -> dict[str, Any]:
-        def rate(name: str) -> float | None:
-            return evals[name]["success_rate"] if name in evals else None
-
-        ci = {name: evals[name]["ci95"] for name in evals}
-
-        def rapi_beats(baseline: str) -> bool | None:
-            if "rapi" not in ci or baseline not in ci:
-                return None
-            return bool(ci["rapi"][0] > ci[baseline][1])  # the intervals do not overlap
-
-        ci95 = {
-            "before": ci["pretrained"],
-            "after": ci.get("rapi"),
-            "bc": ci.get("bc"),
-            "bc_demos": ci.get("bc_demos"),
-        }
-        return {
-            "success_before": rate("pretrained"),
-            "success_after": rate("rapi"),
-            "success_bc": rate("bc"),
-            "success_bc_demos": rate("bc_demos"),
-            "ci95": ci95,
-            "episodes": self.ex.eval_episodes,
-            "repeats": self.ex.repeats,
-            "wall_s": round(wall_s, 1),
-            "rapi_beats_bc_beyond_ci": rapi_beats("bc"),
-            "rapi_beats_bc_demos_beyond_ci": rapi_beats("bc_demos"),
-            "per_policy": {
-                name: {k: e[k] for k in POLICY_FIGURES if k in e} | {"outcomes": e.get("outcomes", {})}
-                for name, e in evals.items()
-            },
-            "setting": {
-                "env": self.cfg.env.id,
-                "cameras": list(self.cfg.env.cameras),
-                "privileged_state": self.cfg.env.privileged_state,
-                "policy_size": self.cfg.policy.size.value,
-                "strategy": self.cfg.actor.strategy.value,
-                "noise_scale": {"online": self.cfg.policy.noise_scale, "eval": self._eval_noise_scale()},
-                "latency": _latency(self.cfg),
-                "control_hz": self.cfg.env.control_hz,
-                "demos": self.ex.demos,
-                "pretrain_steps": self.ex.pretrain_steps,
-                "online_episodes_per_actor": self.ex.online_episodes,
-                "actors": self.ex.actors,
-                "update_groups": self.ex.update_groups,
-                "eval_seeds": [self.ex.eval_seed, self.ex.eval_seed + self.ex.eval_episodes - 1],
-            },
-            "step_seconds": self.steps.seconds,
-            "cached_steps": self.steps.cached,
-        }
-
     def _intro(self) -> None:
         c, ex = self.cfg, self.ex
         cams = ", ".join(c.env.cameras) if c.env.cameras else "none (state only)"
@@ -445,79 +377,12 @@ class Demo:
             f"task {c.env.id} at {c.env.control_hz:g} Hz; cameras: {cams}; "
             f"privileged object pose in the state: {c.env.privileged_state}\n"
             f"policy: built-in flow policy, size {c.policy.size.value}, chunks of {c.policy.horizon}; "
-            f"strategy {c.actor.strategy.value} under {_latency(c)} inference latency (virtual time)\n"
+            f"strategy {c.actor.strategy.value} under {latency_text(c)} inference latency (virtual time)\n"
             f"budget per algorithm: {ex.actors} actor(s) x {ex.online_episodes} online episodes, "
             f"{ex.update_groups} learner update groups{self._runs_each()}; "
             f"evaluation on {ex.eval_episodes} fixed seeds\n"
             f"artefacts in {self.out} (delete it to start over; finished steps are reused)"
         )
-
-    def _report(
-        self, evals: dict[str, dict[str, Any]], results: dict[str, Any], curve: Path, recording: Path | None
-    ) -> None:
-        repeats = self.ex.repeats
-        pooled = f", fine-tuned policies pooled over {repeats} runs each" if repeats > 1 else ""
-        table = Table(
-            title=f"{self.cfg.env.id}: {self.ex.eval_episodes} fixed-seed episodes per policy{pooled}, "
-            f"noise scale {self._eval_noise_scale():g}"
-        )
-        columns = ["policy", "success", "95% CI", *(["per run"] if repeats > 1 else [])]
-        # per episode: a pooled row counts K times the episodes of the pretrained one
-        for col in (*columns, "time to success", "jerk RMS", "starved ticks / episode"):
-            table.add_column(col, justify="right" if col != "policy" else "left")
-        names = {
-            "pretrained": "pretrained (BC on demos)",
-            "rapi": "+ online RAPI",
-            "bc": "+ online BC on RAPI's buffers",
-            # the anchor it reads holds the takeovers' segments beside the demos (HG-DAgger's data)
-            "bc_demos": "+ BC on the demos and takeovers"
-            if self.cfg.env.scripted_takeover
-            else "+ BC on the demos only",
-        }
-        for name, e in evals.items():
-            lo, hi = e["ci95"]
-            tts = e["mean_time_to_success_s"]
-            table.add_row(
-                names.get(name, name),
-                f"{e['success_rate']:.0%}",
-                f"{lo:.0%}-{hi:.0%}",
-                *([", ".join(f"{r:.1%}" for r in e.get("runs", []))] if repeats > 1 else []),
-                "-" if tts is None else f"{tts:.2f} s",
-                f"{e['jerk_rms']:.0f}",
-                f"{e['starved_ticks'] / e['episodes']:.2f}",
-            )
-        self.console.print(table)
-        failures = {name: e["outcomes"] for name, e in evals.items() if e.get("outcomes")}
-        if failures:  # evaluations cached before outcomes were counted have none
-            self.console.print("how the failed episodes ended:")
-            for name, outcomes in failures.items():
-                failed = outcome_text(outcomes, skip=OUTCOME_SUCCESS)
-                self.console.print(f"  {names.get(name, name)} (of {evals[name]['episodes']}): {failed}")
-        for baseline in ("bc", "bc_demos"):
-            if "rapi" in evals and baseline in evals:
-                self.console.print(
-                    f"RAPI vs {names[baseline].removeprefix('+ ')} under the same budget: "
-                    + _compare(evals["rapi"]["ci95"], evals[baseline]["ci95"])
-                )
-        self.console.print(
-            f"results: {self.out / run_folder.RESULTS}\nlearning curves: {curve}\n"
-            + (f"rerun recording: {recording}  (open with: rerun {recording})\n" if recording else "")
-            + f"logs of every role: {self.out}/finetune_*/logs/\ntotal wall time {results['wall_s']:.0f} s"
-        )
-
-
-def _compare(rapi: list[float], baseline: list[float]) -> str:
-    """How RAPI's 95% interval of success stands to a baseline's."""
-    if rapi[0] > baseline[1]:
-        return "RAPI is better beyond the 95% intervals."
-    if rapi[1] < baseline[0]:
-        return "RAPI is worse beyond the 95% intervals."
-    return "the 95% intervals overlap; neither is better beyond them."
-
-
-def _latency(cfg: RobotRLConfig) -> str:
-    lat = cfg.actor.latency
-    return f"{lat.kind.value} median {lat.median_s * 1e3:.0f} ms"
 
 
 def export_policy(pretrained: Path, run_dir: Path, target: Path) -> None:
