@@ -197,28 +197,17 @@ def _actor(conn: Connection, learner: Connection, endpoint: str) -> None:
 
 def _lerobot_learner(conn: Connection, actor: Connection, rounds: int) -> None:
     lower_priority()  # the same treatment as ours
-    from concurrent.futures import ThreadPoolExecutor
-
-    import grpc
     import torch.multiprocessing as tmp
-    from lerobot.rl.learner_service import MAX_WORKERS, LearnerService
-    from lerobot.transport import services_pb2_grpc
-    from lerobot.transport.utils import MAX_MESSAGE_SIZE, state_to_bytes
+    from lerobot.rl.learner_service import LearnerService
+    from lerobot.transport.utils import state_to_bytes
+
+    from robotrl.bench.transport import serve_lerobot_learner
 
     policy = make_policy(0)
     shutdown = threading.Event()
     parameters: Any = tmp.Queue()
     service = LearnerService(shutdown, parameters, 0.0, tmp.Queue(), tmp.Queue())
-    server = grpc.server(
-        ThreadPoolExecutor(max_workers=MAX_WORKERS),
-        options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
-            ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
-        ],
-    )
-    services_pb2_grpc.add_LearnerServiceServicer_to_server(service, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    server, port = serve_lerobot_learner(service)
     conn.send(f"127.0.0.1:{port}")
     actor.recv()
     times = []
