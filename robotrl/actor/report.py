@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from robotrl.actor.loop import EpisodeResult
-from robotrl.core.run_folder import ActorProgress, EpisodeRecord, SentRecord, write_sent_record
+from robotrl.core.run_folder import ActorProgress, EpisodeRecord, EvalSummary, SentRecord, write_sent_record
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -44,7 +44,7 @@ def chunk_too_short(p90_delay_ticks: float | None, horizon: int, margin_ticks: i
     )
 
 
-def summarize(results: Sequence[EpisodeResult], control_hz: float, wall_clock: bool) -> dict[str, Any]:
+def summarize(results: Sequence[EpisodeResult], control_hz: float, wall_clock: bool) -> EvalSummary:
     """One flat dict of the headline figures over ``results``."""
     n = len(results)
     successes = [r for r in results if r.success]
@@ -54,7 +54,7 @@ def summarize(results: Sequence[EpisodeResult], control_hz: float, wall_clock: b
     refused: Counter[str] = Counter()
     for r in results:
         refused.update(r.chunks_refused)
-    summary: dict[str, Any] = {
+    summary: EvalSummary = {
         "episodes": n,
         "success_rate": len(successes) / n if n else 0.0,
         "ci95": [round(lo, 4), round(hi, 4)],
@@ -151,7 +151,7 @@ def outcome_text(outcomes: Mapping[str, int], skip: str | None = None) -> str:
     return ", ".join(f"{n} {name}" for name, n in ranked if name != skip) or "-"
 
 
-def pool_summaries(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def pool_summaries(summaries: Sequence[EvalSummary]) -> EvalSummary:
     """The headline figures of several evaluations of the same kind of policy (one per fine-tuning
     run) as one: success and its Wilson interval over every episode, time to success over every
     success, jerk and starvation over every episode, outcomes summed, and ``runs``, each run's
@@ -162,7 +162,11 @@ def pool_summaries(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     successes = [round(s["success_rate"] * n) for s, n in zip(summaries, episodes, strict=True)]
     n, won = sum(episodes), sum(successes)
     lo, hi = wilson_interval(won, n)
-    timed = [(s["mean_time_to_success_s"], k) for s, k in zip(summaries, successes, strict=True) if k]
+    timed = [  # a run with successes has a time to success
+        (t, k)
+        for s, k in zip(summaries, successes, strict=True)
+        if k and (t := s["mean_time_to_success_s"]) is not None
+    ]
     outcomes: Counter[str] = Counter()
     for s in summaries:
         outcomes.update(s.get("outcomes", {}))

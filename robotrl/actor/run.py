@@ -26,6 +26,7 @@ from robotrl.actor.recorder import TransitionSink
 from robotrl.actor.report import chunk_too_short, summarize
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core.protocols import LoopObserver
+from robotrl.core.run_folder import EvalSummary
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def run_episodes(
     online: bool = False,
     on_episode: Callable[[Sequence[EpisodeResult]], None] | None = None,
     observer: LoopObserver | None = None,
-) -> dict[str, Any]:
+) -> EvalSummary:
     """Run ``cfg.actor.episodes`` episodes (0: until stopped) with progress; return the summary.
 
     ``on_episode`` sees the results so far after every episode (progress for a supervisor);
@@ -55,12 +56,10 @@ def run_episodes(
             path = parts.recording.path
             print(f"rerun recording written to {path} (open it with: rerun {path})", file=sys.stderr)
     summary = summarize(results, spec.control_hz, wall_clock=not cfg.actor.virtual_time)
-    summary.update(
-        env=spec.name if cfg.hardware.robot_type is not None else cfg.env.id,
-        strategy=cfg.actor.strategy.value,
-        latency=cfg.actor.latency.kind.value if cfg.actor.virtual_time else "wall-clock",
-        wall_s=round(time.perf_counter() - start, 2),
-    )
+    summary["env"] = spec.name if cfg.hardware.robot_type is not None else cfg.env.id
+    summary["strategy"] = cfg.actor.strategy.value
+    summary["latency"] = cfg.actor.latency.kind.value if cfg.actor.virtual_time else "wall-clock"
+    summary["wall_s"] = round(time.perf_counter() - start, 2)
     _add_findings(cfg, parts, summary, recorded)
     return summary
 
@@ -109,7 +108,7 @@ def _run_with_progress(
 
 
 def _add_findings(
-    cfg: RobotRLConfig, parts: ActorParts, summary: dict[str, Any], recorded: dict[str, Any] | None
+    cfg: RobotRLConfig, parts: ActorParts, summary: EvalSummary, recorded: dict[str, Any] | None
 ) -> None:
     """What the figures alone do not say: a chunk too short for the delay, a real arm's safety
     report, the dataset recorded."""

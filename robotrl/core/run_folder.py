@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import IO, Any, ClassVar, Self
+from typing import IO, Any, ClassVar, Self, TypedDict, cast
 
 # -- a run folder ----------------------------------------------------------------------------
 
@@ -195,15 +195,55 @@ class _Record:
 # -- eval: summary and episodes --------------------------------------------------------------
 
 
-def write_eval_summary(run_dir: Path, summary: Mapping[str, Any]) -> Path:
-    """``summary`` (:func:`robotrl.actor.report.summarize`'s figures) as the run's eval summary."""
+class EvalSummary(TypedDict, total=False):
+    """The headline figures of a set of episodes (:func:`robotrl.actor.report.summarize`); a
+    TypedDict, not a dataclass, since each mode adds its own keys and the file is read back as
+    it was written. ``runs`` only in summaries pooled over several evaluations."""
+
+    episodes: int
+    success_rate: float
+    ci95: list[float]
+    """The Wilson 95% interval of ``success_rate``: [low, high]."""
+    mean_time_to_success_s: float | None
+    starved_ticks: int
+    missed_deadlines: int
+    jerk_rms: float
+    mean_delay_ticks: float | None
+    p90_delay_ticks: float | None
+    chunks_merged: int
+    chunks_refused: dict[str, int]
+    inference_errors: int
+    prefix_overruns: int
+    clamped_ticks: int
+    intervention_ticks: int
+    outcomes: dict[str, int]
+    failures: list[str]
+    ticks: int
+    jitter_p50_ms: float
+    jitter_p99_ms: float
+    """Wall-clock time only: how late control ticks went out."""
+    env: str
+    strategy: str
+    latency: str
+    wall_s: float
+    diagnosis: str
+    """Why the robot starved, when it did every chunk."""
+    arm: dict[str, int]
+    """A real arm: its safety layer's clamps, holds and stops."""
+    dataset: dict[str, Any]
+    """``actor.record_dataset``: where the episodes went, and how many frames were dropped."""
+    transport: dict[str, Any]
+    """`robotrl actor`: its transport's counts."""
+    runs: list[float]
+
+
+def write_eval_summary(run_dir: Path, summary: EvalSummary) -> Path:
     return write_json(run_dir / EVAL_SUMMARY, summary, indent=2)
 
 
-def read_eval_summary(run_dir: Path) -> dict[str, Any]:
+def read_eval_summary(run_dir: Path) -> EvalSummary:
     """The eval summary of ``run_dir`` (raises OSError or ValueError when there is none)."""
-    summary: dict[str, Any] = json.loads((run_dir / EVAL_SUMMARY).read_text())
-    return summary
+    return cast(EvalSummary, json.loads((run_dir / EVAL_SUMMARY).read_text()))
 
 
 def eval_episodes_ran(run_dir: Path) -> int | None:
@@ -293,14 +333,13 @@ def every_actor_progress(run_dir: Path) -> Iterator[ActorProgress]:
             yield ActorProgress.from_json(record)
 
 
-def write_actor_summary(run_dir: Path, actor_id: str, summary: Mapping[str, Any]) -> Path:
+def write_actor_summary(run_dir: Path, actor_id: str, summary: EvalSummary) -> Path:
     """An actor's summary: the eval summary's figures and its transport's (``transport``)."""
     return write_json(actor_summary_path(run_dir, actor_id), summary, indent=2)
 
 
-def read_actor_summary(run_dir: Path, actor_id: str) -> dict[str, Any]:
-    summary: dict[str, Any] = json.loads(actor_summary_path(run_dir, actor_id).read_text())
-    return summary
+def read_actor_summary(run_dir: Path, actor_id: str) -> EvalSummary:
+    return cast(EvalSummary, json.loads(actor_summary_path(run_dir, actor_id).read_text()))
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from robotrl.config.schema import (
     demo_seed_problems,
 )
 from robotrl.core import run_folder
+from robotrl.core.run_folder import EvalSummary
 from robotrl.experiment.demo_results import demo_results, eval_noise_scale, latency_text, print_results
 from robotrl.experiment.parallel import Job, JobDone, run_parallel
 from robotrl.experiment.progress import LaunchProgress, launch_finished
@@ -149,7 +150,7 @@ class Demo:
             shutil.rmtree(run_dir)  # new demonstrations or settings: resuming would keep the old training
         self.steps.run(title, run_dir, argv, inputs=[self.demos])
 
-    def evaluate(self, name: str, policy: Path, label: str, made_by: Path) -> dict[str, Any]:
+    def evaluate(self, name: str, policy: Path, label: str, made_by: Path) -> EvalSummary:
         """Evaluate ``policy``, which the step with output folder ``made_by`` wrote."""
         title, out, argv = self.evaluation_step(name, policy, label)
         self.steps.run(title, out, argv, inputs=[made_by])
@@ -166,7 +167,7 @@ class Demo:
         argv = robotrl("eval", *config_overrides(cfg, ["env", "policy", "actor"]), f"run_dir={out}")
         return f"evaluate {label} on {self.ex.eval_episodes} fixed seeds", out, argv
 
-    def _evaluation_summary(self, out: Path) -> dict[str, Any]:
+    def _evaluation_summary(self, out: Path) -> EvalSummary:
         summary = run_folder.read_eval_summary(out)
         if summary["episodes"] != self.ex.eval_episodes:  # stopped early (Ctrl-C): not a result
             (out / run_folder.STEP_STAMP).unlink(missing_ok=True)
@@ -238,7 +239,7 @@ class Demo:
         for job in jobs.values():
             self._exported(job.out_dir)
 
-    def evaluate_side_by_side(self) -> dict[str, list[dict[str, Any]]]:
+    def evaluate_side_by_side(self) -> dict[str, list[EvalSummary]]:
         """Evaluate every fine-tuned policy, ``experiment.finetune_workers`` at a time (each
         evaluation is one single-threaded process); returns each algorithm's summaries by run."""
         jobs: dict[tuple[str, int], Job] = {}
@@ -251,7 +252,7 @@ class Demo:
             inputs = ((str(made_by), run_id(made_by)),)
             jobs[algorithm, run] = Job(title, out, tuple(argv), inputs, complete=whole)
         self._side_by_side(list(jobs.values()), "evaluations", "")
-        runs: dict[str, list[dict[str, Any]]] = {a: [] for a in self.ex.algorithms}
+        runs: dict[str, list[EvalSummary]] = {a: [] for a in self.ex.algorithms}
         for (algorithm, _), job in jobs.items():
             runs[algorithm].append(self._evaluation_summary(job.out_dir))
         return runs

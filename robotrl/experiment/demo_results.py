@@ -3,6 +3,7 @@ it prints (:mod:`robotrl.experiment.demo` runs the steps)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from rich.table import Table
 from robotrl.actor.report import outcome_text
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core import run_folder
+from robotrl.core.run_folder import EvalSummary
 from robotrl.core.types import OUTCOME_SUCCESS
 from robotrl.experiment.steps import Steps
 
@@ -39,7 +41,7 @@ def latency_text(cfg: RobotRLConfig) -> str:
 
 
 def demo_results(
-    cfg: RobotRLConfig, evals: dict[str, dict[str, Any]], wall_s: float, steps: Steps
+    cfg: RobotRLConfig, evals: Mapping[str, EvalSummary], wall_s: float, steps: Steps
 ) -> dict[str, Any]:
     """The results of a demo whose evaluations (the pretrained policy's and each algorithm's,
     pooled over its runs) are ``evals``."""
@@ -72,14 +74,15 @@ def demo_results(
         "wall_s": round(wall_s, 1),
         "rapi_beats_bc_beyond_ci": rapi_beats("bc"),
         "rapi_beats_bc_demos_beyond_ci": rapi_beats("bc_demos"),
-        "per_policy": {
-            name: {k: e[k] for k in POLICY_FIGURES if k in e} | {"outcomes": e.get("outcomes", {})}
-            for name, e in evals.items()
-        },
+        "per_policy": {name: _figures(e) | {"outcomes": e.get("outcomes", {})} for name, e in evals.items()},
         "setting": _setting(cfg),
         "step_seconds": steps.seconds,
         "cached_steps": steps.cached,
     }
+
+
+def _figures(summary: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: summary[k] for k in POLICY_FIGURES if k in summary}
 
 
 def _setting(cfg: RobotRLConfig) -> dict[str, Any]:
@@ -114,7 +117,7 @@ def _policy_names(cfg: RobotRLConfig) -> dict[str, str]:
     }
 
 
-def results_table(cfg: RobotRLConfig, evals: dict[str, dict[str, Any]]) -> Table:
+def results_table(cfg: RobotRLConfig, evals: Mapping[str, EvalSummary]) -> Table:
     """One row per policy: success with its interval (and per run), time to success, jerk, starvation."""
     repeats = cfg.experiment.repeats
     pooled = f", fine-tuned policies pooled over {repeats} runs each" if repeats > 1 else ""
@@ -145,8 +148,8 @@ def results_table(cfg: RobotRLConfig, evals: dict[str, dict[str, Any]]) -> Table
 def print_results(
     console: Console,
     cfg: RobotRLConfig,
-    evals: dict[str, dict[str, Any]],
-    results: dict[str, Any],
+    evals: Mapping[str, EvalSummary],
+    results: Mapping[str, Any],
     curve: Path,
     recording: Path | None,
 ) -> None:

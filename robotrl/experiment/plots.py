@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ def rolling(values: list[int], window: int) -> npt.NDArray[np.float64]:
     return np.convolve(x, kernel, "valid") / len(kernel)
 
 
-def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], path: Path) -> Path:
+def learning_curves(runs: dict[str, Path], evals: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
     """Online success (rolling) per fine-tuning run with the fixed-seed evaluations, and learner
     losses. ``runs`` are named ``algorithm`` or ``algorithm-runK`` (the demo's repeats: one colour
     per algorithm); ``evals`` holds each algorithm's evaluation, drawn after its first run."""
@@ -99,7 +100,7 @@ def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], pat
     return path
 
 
-def _pooled(summary: dict[str, Any]) -> str:
+def _pooled(summary: Mapping[str, Any]) -> str:
     runs = len(summary.get("runs", []))
     return f", {runs} runs pooled" if runs > 1 else ""
 

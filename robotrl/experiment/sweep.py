@@ -17,6 +17,7 @@ import hashlib
 import math
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +145,7 @@ def checkpoint_identity(policy: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def _row(summary: dict[str, Any]) -> dict[str, Any]:
+def _row(summary: Mapping[str, Any]) -> dict[str, Any]:
     keys = (
         "success_rate",
         "ci95",
