@@ -1,8 +1,8 @@
 """Steps of an experiment: `robotrl <role>` processes whose results are cached on disk.
 
 A step writes its outputs into one folder and, when it succeeds, a stamp
-(:class:`robotrl.core.run_folder.StepStamp`) holding its exact command line. A second run skips a step
-whose stamp matches, so an interrupted or repeated experiment redoes only what
+(:class:`robotrl.core.run_folder.StepStamp`) holding its exact command line. A second run
+skips a step whose stamp matches, so an interrupted or repeated experiment redoes only what
 changed. Configs travel to each step as explicit Hydra overrides (every field of the
 groups it reads), so a step's command line says everything it ran with.
 """
