@@ -75,7 +75,7 @@ def main(cfg: RobotRLConfig) -> int:
     import torch
     from robotrl.sim import make_env
 
-    from robotrl.actor.run import make_policy
+    from robotrl.actor.compose import make_policy
     from robotrl.policy import inference_threads
 
     torch.set_num_threads(inference_threads())

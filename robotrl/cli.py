@@ -41,7 +41,7 @@ ROLES: tuple[Role, ...] = (
     Role(
         "actor",
         "run the latency-aware actor (control loop + inference worker)",
-        "robotrl.actor.run:actor_role",
+        "robotrl.actor.main:actor_role",
     ),
     Role(
         "learner",
@@ -68,7 +68,7 @@ ROLES: tuple[Role, ...] = (
     Role(
         "eval",
         "evaluate a policy: success, time to success, starved ticks, jerk",
-        "robotrl.actor.run:eval_role",
+        "robotrl.actor.main:eval_role",
     ),
     Role(
         "experiment",

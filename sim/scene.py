@@ -62,6 +62,14 @@ def build_model(options: SceneOptions) -> mujoco.MjModel:
     """Compile the scene for ``options``."""
     spec = mujoco.MjSpec.from_file(str(package_assets() / ARM_XML))
     spec.meshdir = str(simplified_mesh_dir())
+    _set_physics_and_visual(spec, options)
+    _set_arm_contacts(spec)
+    _add_floor_light_and_cameras(spec)
+    _add_task_objects(spec.worldbody, options)
+    return spec.compile()
+
+
+def _set_physics_and_visual(spec: mujoco.MjSpec, options: SceneOptions) -> None:
     _, spec.option.timestep = substeps_for(options.control_hz)
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
     spec.option.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
@@ -73,6 +81,10 @@ def build_model(options: SceneOptions) -> mujoco.MjModel:
     spec.visual.headlight.ambient = [0.3, 0.3, 0.3]
     spec.visual.headlight.diffuse = [0.4, 0.4, 0.4]
 
+
+def _set_arm_contacts(spec: mujoco.MjSpec) -> None:
+    """The fingertip pads grip (they touch the cube and the floor); the rest of the arm touches
+    the floor only."""
     for geom in spec.geoms:
         if geom.name in ("fixed_jaw_pad", "moving_jaw_pad"):
             geom.contype, geom.conaffinity = _GRIP, _GRIP
@@ -80,6 +92,8 @@ def build_model(options: SceneOptions) -> mujoco.MjModel:
         elif geom.contype:  # the arm's collision meshes
             geom.contype, geom.conaffinity = _ARM, 0
 
+
+def _add_floor_light_and_cameras(spec: mujoco.MjSpec) -> None:
     world = spec.worldbody
     # The floor: a plane for contacts (hidden), a thin box to look at (a plane renders as a grid
     # of many quads, which costs a software rasteriser more than the whole arm).
@@ -91,14 +105,8 @@ def build_model(options: SceneOptions) -> mujoco.MjModel:
         contype=0,
         conaffinity=_ARM | _GRIP,
     )
-    world.add_geom(
-        name="floor",
-        type=mujoco.mjtGeom.mjGEOM_BOX,
-        size=[1.0, 1.0, 0.001],
-        pos=[0.0, 0.0, -0.001],
-        rgba=[0.55, 0.5, 0.45, 1.0],
-        contype=0,
-        conaffinity=0,
+    _add_marker(
+        world, "floor", mujoco.mjtGeom.mjGEOM_BOX, [1.0, 1.0, 0.001], [0.55, 0.5, 0.45, 1.0], [0, 0, -0.001]
     )
     world.add_light(name="key", pos=[0.3, -0.3, 1.2], dir=[-0.2, 0.25, -1.0], castshadow=False)
     world.add_camera(
@@ -111,16 +119,27 @@ def build_model(options: SceneOptions) -> mujoco.MjModel:
     wrist = spec.body("gripper")
     wrist.add_camera(name="wrist", pos=[0.0, 0.05, -0.02], xyaxes=[1, 0, 0, 0, 1, 0], fovy=80.0)
 
-    # The goal marker: the reach target (a ball) or the place zone (a disc on the floor); visual only.
+
+def _add_marker(
+    body: mujoco.MjsBody,
+    name: str,
+    kind: mujoco.mjtGeom,
+    size: list[float],
+    rgba: list[float],
+    pos: list[float] | None = None,
+) -> None:
+    """A geom to look at that touches nothing."""
+    placed = {} if pos is None else {"pos": pos}
+    body.add_geom(name=name, type=kind, size=size, rgba=rgba, contype=0, conaffinity=0, **placed)
+
+
+def _add_task_objects(world: mujoco.MjsBody, options: SceneOptions) -> None:
+    """The goal marker (the reach target, a ball, or the place zone, a disc on the floor), the
+    cube to place and the obstacle to avoid, as the task asks."""
     goal = world.add_body(name="goal", pos=[0.25, 0.0, 0.1])
     if options.with_cube:
-        goal.add_geom(
-            name="goal",
-            type=mujoco.mjtGeom.mjGEOM_CYLINDER,
-            size=[ZONE_RADIUS, 0.001, 0.0],
-            rgba=[0.1, 0.7, 0.2, 1.0],
-            contype=0,
-            conaffinity=0,
+        _add_marker(
+            goal, "goal", mujoco.mjtGeom.mjGEOM_CYLINDER, [ZONE_RADIUS, 0.001, 0.0], [0.1, 0.7, 0.2, 1.0]
         )
         cube = world.add_body(name="cube", pos=[0.25, 0.0, CUBE_HALF])
         cube.add_freejoint(name="cube")
@@ -136,22 +155,13 @@ def build_model(options: SceneOptions) -> mujoco.MjModel:
             condim=4,
         )
     else:
-        goal.add_geom(
-            name="goal",
-            type=mujoco.mjtGeom.mjGEOM_SPHERE,
-            size=[0.015, 0.0, 0.0],
-            rgba=[0.9, 0.1, 0.1, 0.8],
-            contype=0,
-            conaffinity=0,
-        )
+        _add_marker(goal, "goal", mujoco.mjtGeom.mjGEOM_SPHERE, [0.015, 0.0, 0.0], [0.9, 0.1, 0.1, 0.8])
     if options.with_obstacle:
         obstacle = world.add_body(name="obstacle", pos=[0.2, 0.0, 0.06])
-        obstacle.add_geom(
-            name="obstacle",
-            type=mujoco.mjtGeom.mjGEOM_SPHERE,
-            size=[OBSTACLE_RADIUS, 0.0, 0.0],
-            rgba=[0.1, 0.3, 0.9, 0.8],
-            contype=0,
-            conaffinity=0,
+        _add_marker(
+            obstacle,
+            "obstacle",
+            mujoco.mjtGeom.mjGEOM_SPHERE,
+            [OBSTACLE_RADIUS, 0.0, 0.0],
+            [0.1, 0.3, 0.9, 0.8],
         )
-    return spec.compile()

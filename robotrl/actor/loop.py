@@ -26,7 +26,7 @@ from robotrl.actor.safety import ActionClipper
 from robotrl.actor.timing import Arrival, InferenceFailedError, VirtualTimeScheduler, WallClockScheduler
 from robotrl.config.actor import Strategy
 from robotrl.core.clock import Clock
-from robotrl.core.protocols import LoopObserver, RobotEnv
+from robotrl.core.protocols import LoopObserver, RobotEnv, StepResult
 from robotrl.core.types import OUTCOME_INFO_KEY, ActionChunk, FloatArray, InferenceRequest, Observation
 
 log = logging.getLogger(__name__)
@@ -228,32 +228,20 @@ class ControlLoop:
     def run_episode(self, episode_id: int, seed: int) -> EpisodeResult:
         """One episode from reset to termination, truncation or a failure (the arm then holds)."""
         result = EpisodeResult(episode_id, seed)
-        self._episode_id = episode_id
         spec = self.spec
         executed = np.zeros((spec.max_episode_ticks + 1, spec.action_dim), np.float32)
         lateness = np.zeros(spec.max_episode_ticks + 1, np.float64)
-        self.queue.reset()
-        self._consecutive_errors = 0
-        self._pending_prefix = 0
         clamped_before = self.safety.clamped_ticks
-
-        obs = self.env.reset(seed=seed)
-        hold: FloatArray = np.array(obs.state[: spec.action_dim], dtype=np.float32)
-        try:
-            self._request(obs, episode_id)
-            arrival, waited = self.scheduler.await_first(obs.tick, self.settings.first_chunk_timeout_s)
-            self.estimator.record(waited)
-            self._accept(arrival, result)
-        except InferenceFailedError as exc:
-            result.failure = str(exc)
+        obs = self._begin(episode_id, seed, result)
+        if result.failure is not None:
             return result
+        hold: FloatArray = np.array(obs.state[: spec.action_dim], dtype=np.float32)
 
         gc.collect()
         gc.freeze()  # full collections stay cheap: they skip everything alive at start-up
         dt = spec.dt
         t0 = self.clock.now()
         k = 0  # control ticks since the first chunk arrived
-        tick = obs.tick
         while True:
             deadline = t0 + k * dt
             self.clock.sleep_until(deadline)
@@ -265,44 +253,18 @@ class ControlLoop:
                 t0 += lost * dt
                 deadline += lost * dt
                 late = now - deadline
-
-            self._take_news(tick, result)
-            if result.failure is None and self._wants_chunk(tick, result):
-                self._request(obs, episode_id)
-                # An inference shorter than a tick (a "0 ms" latency model) is usable at once:
-                # without this second look even sync at 0 ms would starve a tick per chunk.
-                self._take_news(tick, result)
-            if result.failure is not None:
+            if not self._plan(obs, episode_id, result):
                 log.error("actor stops, arm holds: %s", result.failure)
                 self.env.step(hold)
                 break
-
-            planned = self.queue.pop(tick)
-            if planned is None:
-                result.starved_ticks += 1
-                action = hold
-            else:
-                action = self.safety(planned.action)
-            action_time = self.clock.now()
-            step = self.env.step(action)
-            # A real arm reports what it executed: after its own safety layer, or the human's
-            # action while they drive (the transition is then flagged as an intervention).
-            action = step.info.get("executed", action)
-            intervention = bool(step.info.get("intervention", False))
-            result.intervention_ticks += intervention
-            self.recorder.record(episode_id, obs, action, planned, step, now, action_time, intervention)
-            if self.observer is not None:
-                proposed = action if planned is None else planned.action
-                self.observer.on_tick(episode_id, obs, action, proposed, late, planned is None)
-
+            step, hold = self._act(obs, episode_id, hold, now, late, result)
             i = min(result.ticks, spec.max_episode_ticks)
-            executed[i] = action
+            executed[i] = hold
             lateness[i] = late
             result.ticks += 1
             result.total_reward += float(step.reward)
             if step.info.get("is_success") and result.success_tick is None:
                 result.success, result.success_tick = True, result.ticks
-            hold = action
             if self.clock.now() > deadline + dt:
                 result.missed_deadlines += 1  # the command went out after its period ended
             if step.terminated or step.truncated:
@@ -311,7 +273,6 @@ class ControlLoop:
             if self._stop.is_set():
                 break
             obs = step.observation
-            tick = obs.tick
             k += 1
 
         self.recorder.flush()
@@ -320,3 +281,59 @@ class ControlLoop:
         result.jerk_rms = jerk_rms(executed[: result.ticks], dt)
         result.lateness_ms = (lateness[: result.ticks] * 1e3).tolist()
         return result
+
+    def _begin(self, episode_id: int, seed: int, result: EpisodeResult) -> Observation:
+        """Reset the environment and wait for the episode's first chunk (a failure goes in ``result``)."""
+        self._episode_id = episode_id
+        self.queue.reset()
+        self._consecutive_errors = 0
+        self._pending_prefix = 0
+        obs = self.env.reset(seed=seed)
+        try:
+            self._request(obs, episode_id)
+            arrival, waited = self.scheduler.await_first(obs.tick, self.settings.first_chunk_timeout_s)
+            self.estimator.record(waited)
+            self._accept(arrival, result)
+        except InferenceFailedError as exc:
+            result.failure = str(exc)
+        return obs
+
+    def _plan(self, obs: Observation, episode_id: int, result: EpisodeResult) -> bool:
+        """Merge what arrived and ask for the next chunk when it is time; False on a failure."""
+        self._take_news(obs.tick, result)
+        if result.failure is None and self._wants_chunk(obs.tick, result):
+            self._request(obs, episode_id)
+            # An inference shorter than a tick (a "0 ms" latency model) is usable at once:
+            # without this second look even sync at 0 ms would starve a tick per chunk.
+            self._take_news(obs.tick, result)
+        return result.failure is None
+
+    def _act(
+        self,
+        obs: Observation,
+        episode_id: int,
+        hold: FloatArray,
+        now: float,
+        late: float,
+        result: EpisodeResult,
+    ) -> tuple[StepResult, FloatArray]:
+        """Send this tick's planned action (``hold`` when the plan ran out) and record the
+        transition; returns the step and the action the arm executed."""
+        planned = self.queue.pop(obs.tick)
+        if planned is None:
+            result.starved_ticks += 1
+            action = hold
+        else:
+            action = self.safety(planned.action)
+        action_time = self.clock.now()
+        step = self.env.step(action)
+        # A real arm reports what it executed: after its own safety layer, or the human's
+        # action while they drive (the transition is then flagged as an intervention).
+        action = step.info.get("executed", action)
+        intervention = bool(step.info.get("intervention", False))
+        result.intervention_ticks += intervention
+        self.recorder.record(episode_id, obs, action, planned, step, now, action_time, intervention)
+        if self.observer is not None:
+            proposed = action if planned is None else planned.action
+            self.observer.on_tick(episode_id, obs, action, proposed, late, planned is None)
+        return step, action

@@ -1,60 +1,81 @@
-"""Composition of the actor: one short function wires env, inference, timing and loop.
+"""`robotrl eval` and `robotrl actor`: the actor's roles.
 
-The same :func:`build_loop` serves the serial runner (policy in this process, virtual
-time: unit tests, latency experiments) and the real one (policy in a worker process,
-wall-clock time).
+`robotrl eval` runs episodes without a learner and writes their summary and one record
+per episode; `robotrl actor` streams its transitions to the learner, takes its weights
+from it (hot-swapped between inferences) and rewrites its progress after every episode.
+The parts are made in :mod:`robotrl.actor.compose`, the episodes run in
+:mod:`robotrl.actor.run`, and what they report is :mod:`robotrl.actor.report`'s.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 
-from robotrl.actor.latency import DelayEstimator, seconds_to_ticks
-from robotrl.actor.loop import ControlLoop, LoopSettings
-from robotrl.actor.queue import ActionQueue
-from robotrl.actor.recorder import TransitionRecorder, TransitionSink
-from robotrl.actor.timing import VirtualTimeScheduler, WallClockScheduler
-from robotrl.config.actor import ActorConfig
-from robotrl.core.clock import MonotonicClock, VirtualClock
-from robotrl.core.protocols import InferenceBackend, LatencyModel, LoopObserver, RobotEnv
+from robotrl.actor.loop import EpisodeResult
+from robotrl.actor.report import SentAudit, actor_progress, episode_rows, print_summary
+from robotrl.actor.run import run_episodes
+from robotrl.config.schema import RobotRLConfig
+from robotrl.core import run_folder
+from robotrl.core.types import Transition
 
 
-def build_loop(
-    env: RobotEnv,
-    backend: InferenceBackend,
-    cfg: ActorConfig,
-    horizon: int,
-    latency: LatencyModel | None,
-    sink: TransitionSink | None = None,
-    batch_transitions: int = 64,
-    max_prefix: int = 12,
-    inference_timeout_s: float = 10.0,
-    observer: LoopObserver | None = None,
-) -> ControlLoop:
-    """A control loop in virtual time when ``cfg.virtual_time`` (``latency`` required), else wall-clock."""
-    spec = env.spec
-    scheduler: VirtualTimeScheduler | WallClockScheduler
-    if cfg.virtual_time:
-        if latency is None:
-            raise ValueError("virtual time needs a latency model (actor.latency)")
-        clock: VirtualClock | MonotonicClock = VirtualClock()
-        rng = np.random.default_rng(cfg.seed)
-        scheduler = VirtualTimeScheduler(backend, latency, rng, spec.control_hz, inference_timeout_s)
-        initial = seconds_to_ticks(cfg.latency.median_s, spec.control_hz)
-    else:
-        clock = MonotonicClock()
-        scheduler = WallClockScheduler(backend, clock, spec.control_hz, inference_timeout_s)
-        initial = 1
-    queue = ActionQueue(spec.action_dim, horizon, cfg.strategy, cfg.blend_decay)
-    estimator = DelayEstimator(cfg.delay_window, cfg.delay_quantile, initial)
-    recorder = TransitionRecorder(cfg.actor_id, sink, batch_transitions)
-    settings = LoopSettings(
-        strategy=cfg.strategy,
-        margin_ticks=cfg.margin_ticks,
-        refresh_on_new_weights=cfg.refresh_on_new_weights,
-        execution_horizon=cfg.execution_horizon,
-        max_prefix=max_prefix,
-        max_inference_errors=cfg.max_inference_errors,
-        seed=cfg.seed,
-    )
-    return ControlLoop(env, scheduler, queue, estimator, clock, recorder, settings, observer)
+def eval_role(cfg: RobotRLConfig) -> int:
+    """`robotrl eval`: episodes without a learner; prints and writes the summary."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    finished: list[EpisodeResult] = []
+
+    def keep(results: Sequence[EpisodeResult]) -> None:
+        finished[:] = results
+
+    summary = run_episodes(cfg, sink=None, title="eval", on_episode=keep)
+    print_summary(summary)
+    run_dir = Path(cfg.run_dir)
+    out = run_folder.write_eval_summary(run_dir, summary)
+    rows = run_folder.write_eval_episodes(run_dir, episode_rows(finished))
+    print(f"summary written to {out}, one line per episode to {rows}", file=sys.stderr)
+    return 1 if summary["failures"] else 0
+
+
+def actor_role(cfg: RobotRLConfig) -> int:
+    """`robotrl actor`: episodes whose transitions stream to the learner and whose weights
+    come from it, hot-swapped between inferences."""
+    from robotrl.core.batch import TransitionBatch
+    from robotrl.transport.transitions import TransitionSender
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    run_dir, actor_id = Path(cfg.run_dir), cfg.actor.actor_id
+    audit = SentAudit(run_dir, actor_id) if cfg.actor.audit_sent else None
+    sender = TransitionSender.from_config(cfg.transport, actor_id, on_numbered=audit)
+    refused = 0
+    rows_sent = 0
+
+    def to_learner(transitions: list[Transition]) -> None:
+        nonlocal refused, rows_sent
+        if not sender.send(TransitionBatch.from_transitions(transitions)):
+            refused += len(transitions)  # queue and spool full: counted, reported below
+            return
+        rows_sent += len(transitions)
+
+    def report(results: Sequence[EpisodeResult]) -> None:
+        progress = actor_progress(results, sender.backlog(), rows_sent, refused)
+        run_folder.write_actor_progress(run_dir, actor_id, progress)
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        summary = run_episodes(cfg, sink=to_learner, title=actor_id, online=True, on_episode=report)
+        delivered = sender.flush(timeout_s=cfg.transport.peer_timeout_s * 2)
+    finally:
+        sender.close()
+    summary["transport"] = {**sender.stats(), "refused_transitions": refused, "flushed": delivered}
+    print_summary(summary)
+    out = run_folder.write_actor_summary(run_dir, actor_id, summary)
+    print(f"summary written to {out}", file=sys.stderr)
+    if not delivered:
+        print(
+            "robotrl actor: some transitions were not acknowledged by the learner (kept in the spool)",
+            file=sys.stderr,
+        )
+    return 1 if summary["failures"] else 0

@@ -1,15 +1,21 @@
-"""Summaries of actor episodes: what `robotrl eval` prints and writes as JSON."""
+"""Reports of actor episodes: the summary `robotrl eval` prints and writes, one record per
+episode, the progress an actor rewrites after every episode, and its sent-rows audit."""
 
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
+from rich.table import Table
 
 from robotrl.actor.loop import EpisodeResult
+from robotrl.core.run_folder import ActorProgress, EpisodeRecord, EvalSummary, SentRecord, write_sent_record
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -38,7 +44,7 @@ def chunk_too_short(p90_delay_ticks: float | None, horizon: int, margin_ticks: i
     )
 
 
-def summarize(results: Sequence[EpisodeResult], control_hz: float, wall_clock: bool) -> dict[str, Any]:
+def summarize(results: Sequence[EpisodeResult], control_hz: float, wall_clock: bool) -> EvalSummary:
     """One flat dict of the headline figures over ``results``."""
     n = len(results)
     successes = [r for r in results if r.success]
@@ -48,7 +54,7 @@ def summarize(results: Sequence[EpisodeResult], control_hz: float, wall_clock: b
     refused: Counter[str] = Counter()
     for r in results:
         refused.update(r.chunks_refused)
-    summary: dict[str, Any] = {
+    summary: EvalSummary = {
         "episodes": n,
         "success_rate": len(successes) / n if n else 0.0,
         "ci95": [round(lo, 4), round(hi, 4)],
@@ -78,25 +84,64 @@ def summarize(results: Sequence[EpisodeResult], control_hz: float, wall_clock: b
     return summary
 
 
-def episode_rows(results: Sequence[EpisodeResult]) -> list[dict[str, Any]]:
-    """One plain record per episode (as lerobot's eval writes ``per_episode``): which seeds
-    failed, and how, is what a success rate alone cannot tell."""
+def episode_rows(results: Sequence[EpisodeResult]) -> list[EpisodeRecord]:
+    """One record per episode: which seeds failed, and how."""
     return [
-        {
-            "episode": r.episode_id,
-            "seed": r.seed,
-            "success": r.success,
-            "outcome": r.outcome,
-            "ticks": r.ticks,
-            "success_tick": r.success_tick,
-            "reward": r.total_reward,
-            "starved_ticks": r.starved_ticks,
-            "intervention_ticks": r.intervention_ticks,
-            "policy_versions": sorted(set(r.policy_versions)),
-            "failure": r.failure,
-        }
+        EpisodeRecord(
+            episode=r.episode_id,
+            seed=r.seed,
+            success=r.success,
+            outcome=r.outcome,
+            ticks=r.ticks,
+            success_tick=r.success_tick,
+            reward=r.total_reward,
+            starved_ticks=r.starved_ticks,
+            intervention_ticks=r.intervention_ticks,
+            policy_versions=sorted(set(r.policy_versions)),
+            failure=r.failure,
+        )
         for r in results
     ]
+
+
+def actor_progress(
+    results: Sequence[EpisodeResult], backlog: int, rows_sent: int, refused_rows: int
+) -> ActorProgress:
+    """What `robotrl launch` shows of an actor after ``results``: episodes, successes, the
+    newest policy version executed, and its transport's ``backlog``, rows handed over and refused."""
+    versions = [v for r in results for v in r.policy_versions]
+    return ActorProgress(
+        episodes=len(results),
+        successes=sum(r.success for r in results),
+        ticks=sum(r.ticks for r in results),
+        policy_version=max(versions, default=-1),
+        last_success=bool(results[-1].success),
+        backlog=backlog,
+        rows_sent=rows_sent,
+        refused_rows=refused_rows,
+        missed_deadlines=sum(r.missed_deadlines for r in results),
+        time=round(time.time(), 3),
+        taken_over=sum(r.intervention_ticks > 0 for r in results),
+        history=[
+            [int(r.success and not r.intervention_ticks), max(r.policy_versions, default=-1)] for r in results
+        ],
+    )
+
+
+class SentAudit:
+    """Rewrites the actor's sent-rows record with the rows this actor incarnation's transport
+    has numbered and kept, after each batch (``actor.audit_sent``): what the soak bench audits
+    after killing the actor. The batch ``seq`` names may already be on disk when a kill stops
+    the rewrite."""
+
+    def __init__(self, run_dir: Path, actor_id: str) -> None:
+        self.run_dir, self.actor_id = run_dir, actor_id
+        self.rows = 0
+        run_dir.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, stream: str, seq: int, rows: int) -> None:
+        self.rows += rows
+        write_sent_record(self.run_dir, self.actor_id, SentRecord(stream=stream, rows=self.rows, seq=seq))
 
 
 def outcome_text(outcomes: Mapping[str, int], skip: str | None = None) -> str:
@@ -106,7 +151,7 @@ def outcome_text(outcomes: Mapping[str, int], skip: str | None = None) -> str:
     return ", ".join(f"{n} {name}" for name, n in ranked if name != skip) or "-"
 
 
-def pool_summaries(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def pool_summaries(summaries: Sequence[EvalSummary]) -> EvalSummary:
     """The headline figures of several evaluations of the same kind of policy (one per fine-tuning
     run) as one: success and its Wilson interval over every episode, time to success over every
     success, jerk and starvation over every episode, outcomes summed, and ``runs``, each run's
@@ -117,7 +162,11 @@ def pool_summaries(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     successes = [round(s["success_rate"] * n) for s, n in zip(summaries, episodes, strict=True)]
     n, won = sum(episodes), sum(successes)
     lo, hi = wilson_interval(won, n)
-    timed = [(s["mean_time_to_success_s"], k) for s, k in zip(summaries, successes, strict=True) if k]
+    timed = [  # a run with successes has a time to success
+        (t, k)
+        for s, k in zip(summaries, successes, strict=True)
+        if k and (t := s["mean_time_to_success_s"]) is not None
+    ]
     outcomes: Counter[str] = Counter()
     for s in summaries:
         outcomes.update(s.get("outcomes", {}))
@@ -133,3 +182,33 @@ def pool_summaries(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "outcomes": dict(outcomes.most_common()),
         "runs": [s["success_rate"] for s in summaries],
     }
+
+
+def print_summary(summary: Mapping[str, Any]) -> None:
+    """The summary as a table on the terminal."""
+    table = Table(title=f"{summary['env']}  strategy={summary['strategy']}  latency={summary['latency']}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    lo, hi = summary["ci95"]
+    tts, delay = summary["mean_time_to_success_s"], summary["mean_delay_ticks"]
+    rows = [
+        ("episodes", summary["episodes"]),
+        ("success rate", f"{summary['success_rate']:.1%}  (95% CI {lo:.1%}-{hi:.1%})"),
+        ("mean time to success", "-" if tts is None else f"{tts:.2f} s"),
+        ("starved ticks", summary["starved_ticks"]),
+        ("action jerk (RMS)", f"{summary['jerk_rms']:.1f}"),
+        ("mean delay", "-" if delay is None else f"{delay:.2f} ticks"),
+        ("missed deadlines", summary["missed_deadlines"]),
+        ("chunks refused", sum(summary["chunks_refused"].values())),
+    ]
+    if "jitter_p99_ms" in summary:
+        rows.append(
+            ("tick jitter p50 / p99", f"{summary['jitter_p50_ms']:.2f} / {summary['jitter_p99_ms']:.2f} ms")
+        )
+    if summary.get("outcomes"):
+        rows.append(("how episodes ended", outcome_text(summary["outcomes"])))
+    if summary.get("arm"):
+        rows.append(("arm: clamps, holds, stops", ", ".join(f"{k} {v}" for k, v in summary["arm"].items())))
+    for name, value in rows:
+        table.add_row(name, str(value))
+    Console().print(table)

@@ -156,7 +156,7 @@ def _learner_publishing(act_dir: str, endpoint: str, stop: Any) -> None:
 
 
 def run_ours(act_dir: Path, seconds: float, workdir: Path) -> dict[str, Any]:
-    from robotrl.actor.main import build_loop
+    from robotrl.actor.compose import build_loop
     from robotrl.actor.worker import ProcessInference, WorkerSpec
     from robotrl.config.actor import ActorConfig, Strategy
     from robotrl.config.env import EnvConfig
@@ -174,7 +174,7 @@ def run_ours(act_dir: Path, seconds: float, workdir: Path) -> dict[str, Any]:
     spec = WorkerSpec(
         "robotrl.bench.actor:padded_act",
         {"path": str(act_dir), "min_infer_s": MIN_INFER_S},
-        weights_factory="robotrl.actor.run:subscriber_for_worker",
+        weights_factory="robotrl.actor.compose:subscriber_for_worker",
         weights_kwargs={
             "transport": {"weights_endpoint": endpoint, "transitions_endpoint": f"ipc://{workdir}/t"}
         },

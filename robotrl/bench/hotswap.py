@@ -4,7 +4,7 @@ Three processes, as `robotrl actor` runs: a learner, the actor's control process
 its inference worker. The learner holds a 50M-parameter policy (12 linear layers of
 2048x2048, float32, about 200 MB) and publishes it through a :class:`WeightPublisher`,
 changing it in place between publications as training would. The control process is
-the real actor: :func:`~robotrl.actor.main.build_loop`'s 50 Hz wall-clock loop on the
+the real actor: :func:`~robotrl.actor.compose.build_loop`'s 50 Hz wall-clock loop on the
 simulated arm, with the policy in the real inference worker
 (:class:`~robotrl.actor.worker.ProcessInference`), whose loader thread takes each
 verified update from a :class:`WeightSubscriber` into the spare of its two weight
@@ -158,7 +158,7 @@ class _ReportNewVersions:
 def _actor(conn: Connection, learner: Connection, endpoint: str) -> None:
     """The actor's control process, as `robotrl actor` builds it: the real control loop at 50 Hz on
     the simulated arm, the policy in the real inference worker with its two weight slots."""
-    from robotrl.actor.main import build_loop
+    from robotrl.actor.compose import build_loop
     from robotrl.actor.worker import ProcessInference, WorkerSpec
     from robotrl.config.actor import ActorConfig, Strategy
     from robotrl.config.env import EnvConfig
@@ -200,28 +200,17 @@ def _actor(conn: Connection, learner: Connection, endpoint: str) -> None:
 
 def _lerobot_learner(conn: Connection, actor: Connection, rounds: int) -> None:
     lower_priority()  # the same treatment as ours
-    from concurrent.futures import ThreadPoolExecutor
-
-    import grpc
     import torch.multiprocessing as tmp
-    from lerobot.rl.learner_service import MAX_WORKERS, LearnerService
-    from lerobot.transport import services_pb2_grpc
-    from lerobot.transport.utils import MAX_MESSAGE_SIZE, state_to_bytes
+    from lerobot.rl.learner_service import LearnerService
+    from lerobot.transport.utils import state_to_bytes
+
+    from robotrl.bench.transport import serve_lerobot_learner
 
     policy = make_policy(0)
     shutdown = threading.Event()
     parameters: Any = tmp.Queue()
     service = LearnerService(shutdown, parameters, 0.0, tmp.Queue(), tmp.Queue())
-    server = grpc.server(
-        ThreadPoolExecutor(max_workers=MAX_WORKERS),
-        options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
-            ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
-        ],
-    )
-    services_pb2_grpc.add_LearnerServiceServicer_to_server(service, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    server, port = serve_lerobot_learner(service)
     conn.send(f"127.0.0.1:{port}")
     actor.recv()
     times = []

@@ -36,6 +36,7 @@ from robotrl.config.policy import PolicySize
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.types import EnvSpec, WeightUpdate
+from robotrl.learner.loop import Learner
 from robotrl.learner.main import build_learner
 from robotrl.learner.torch_utils import resolve_device
 from robotrl.transport.inproc import TransitionQueue
@@ -135,8 +136,9 @@ def _default_policy(cfg: RobotRLConfig, spec: EnvSpec) -> Any:
     return build_policy(cfg.policy, spec)
 
 
-def run(quick: bool = False, policy_factory: PolicyFactory | None = None) -> dict[str, float | str]:
-    seconds = 2.0 if quick else 15.0
+def bench_config(quick: bool) -> RobotRLConfig:
+    """The small policy at batch 256 with the configured 4:1 critic-to-actor ratio, never
+    checkpointing or logging (what is timed is updates and ingest)."""
     cfg = RobotRLConfig()
     cfg.policy.size = PolicySize.small
     cfg.policy.device = "auto"
@@ -151,77 +153,113 @@ def run(quick: bool = False, policy_factory: PolicyFactory | None = None) -> dic
         log_every_groups=10**9,
         resume=False,
     )
-    spec = bench_spec()
+    return cfg
+
+
+@dataclasses.dataclass
+class Rates:
+    """What the phases measured."""
+
+    tps_first_fill: float
+    tps_alone: float
+    updates_per_s: float
+    ingest_tps: float
+    both_updates: float
+
+
+def _ingest_rate(learner: Learner, stream: Stream, done: Callable[[float, int], bool]) -> float:
+    """Transitions per second of ``learner.ingest`` alone until ``done(elapsed_s, transitions)``."""
+    start, n = time.perf_counter(), 0
+    while not done(time.perf_counter() - start, n):
+        learner.ingest(stream.next())
+        n += BATCH_TRANSITIONS
+    return n / (time.perf_counter() - start)
+
+
+def _update_rate(learner: Learner, seconds: float, per_group: int, device: torch.device) -> float:
+    """Updates per second of update groups alone, after one untimed group (optimiser state,
+    kernel caches)."""
+    learner.algorithm.update_group(learner.next_batch)
+    groups, start = 0, time.perf_counter()
+    while groups == 0 or time.perf_counter() - start < seconds:
+        learner.algorithm.update_group(learner.next_batch)
+        groups += 1
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return groups * per_group / (time.perf_counter() - start)
+
+
+def _both_rates(
+    learner: Learner, inbox: TransitionQueue, stream: Stream, seconds: float, per_group: int
+) -> tuple[float, float]:
+    """(transitions/s, updates/s) of the real loop, its ingest thread fed by a producer thread."""
+    stop = threading.Event()
+
+    def produce() -> None:
+        batch = stream.next()
+        while not stop.is_set():
+            if inbox.send(batch):
+                batch = stream.next()
+            else:
+                time.sleep(0.0005)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    before, groups_before = learner.counters.transitions, learner.counters.groups
+    start = time.perf_counter()
+    timer = threading.Timer(seconds, learner.stop)  # updates stay in this thread, as in the role
+    timer.start()
+    learner.run()
+    elapsed = time.perf_counter() - start
+    timer.cancel()
+    stop.set()
+    producer.join(timeout=5)
+    ingest_tps = (learner.counters.transitions - before) / elapsed
+    return ingest_tps, (learner.counters.groups - groups_before) * per_group / elapsed
+
+
+def _measure(cfg: RobotRLConfig, policy: Any, spec: EnvSpec, seconds: float) -> Rates:
+    """The four phases on a learner in a temporary run folder."""
     device = resolve_device(cfg.learner.device)
-    policy = (policy_factory or _default_policy)(cfg, spec)
+    per_group = cfg.learner.rapi.critic_updates_per_group + cfg.learner.actor_updates_per_group
     inbox = TransitionQueue(maxsize=8)
-    rng = np.random.default_rng(0)
-    stream = Stream(rng)
+    stream = Stream(np.random.default_rng(0))
     with tempfile.TemporaryDirectory(prefix="robotrl-bench-learner-") as tmp:
         cfg.run_dir = tmp
         learner = build_learner(cfg, policy, spec, inbox, _Discard(), console=False)
         try:
+            capacity = cfg.learner.online_capacity
             # 0. first fill: every page of the memory-mapped images is written for the first time
-            start, n = time.perf_counter(), 0
-            while n < cfg.learner.online_capacity:
-                learner.ingest(stream.next())
-                n += BATCH_TRANSITIONS
-            tps_first_fill = n / (time.perf_counter() - start)
+            first_fill = _ingest_rate(learner, stream, lambda _s, n: n >= capacity)
             # 1. ingest alone, steady state (the ring overwrites its oldest rows)
-            start, n = time.perf_counter(), 0
-            while time.perf_counter() - start < seconds / 2:
-                learner.ingest(stream.next())
-                n += BATCH_TRANSITIONS
-            tps_alone = n / (time.perf_counter() - start)
-            # 2. updates alone, after one untimed group (optimiser state, kernel caches)
-            learner.algorithm.update_group(learner.next_batch)
-            groups, start = 0, time.perf_counter()
-            per_group = cfg.learner.rapi.critic_updates_per_group + cfg.learner.actor_updates_per_group
-            while groups == 0 or time.perf_counter() - start < seconds:
-                learner.algorithm.update_group(learner.next_batch)
-                groups += 1
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            updates_per_s = groups * per_group / (time.perf_counter() - start)
-            # 3. both: the real loop, its ingest thread fed by a producer thread
-            stop = threading.Event()
-
-            def produce() -> None:
-                batch = stream.next()
-                while not stop.is_set():
-                    if inbox.send(batch):
-                        batch = stream.next()
-                    else:
-                        time.sleep(0.0005)
-
-            producer = threading.Thread(target=produce, daemon=True)
-            producer.start()
-            before, groups_before = learner.counters.transitions, learner.counters.groups
-            start = time.perf_counter()
-            timer = threading.Timer(seconds, learner.stop)  # updates stay in this thread, as in the role
-            timer.start()
-            learner.run()
-            elapsed = time.perf_counter() - start
-            timer.cancel()
-            stop.set()
-            producer.join(timeout=5)
-            ingest_tps = (learner.counters.transitions - before) / elapsed
-            both_updates = (learner.counters.groups - groups_before) * per_group / elapsed
+            alone = _ingest_rate(learner, stream, lambda s, _n: s >= seconds / 2)
+            updates = _update_rate(learner, seconds, per_group, device)
+            ingest_tps, both_updates = _both_rates(learner, inbox, stream, seconds, per_group)
         finally:
             learner.online.close()
             learner.anchor.close()
             if learner.metrics is not None:
                 learner.metrics.close()
+    return Rates(first_fill, alone, updates, ingest_tps, both_updates)
+
+
+def run(quick: bool = False, policy_factory: PolicyFactory | None = None) -> dict[str, float | str]:
+    seconds = 2.0 if quick else 15.0
+    cfg = bench_config(quick)
+    spec = bench_spec()
+    device = resolve_device(cfg.learner.device)
+    policy = (policy_factory or _default_policy)(cfg, spec)
+    rates = _measure(cfg, policy, spec, seconds)
     n_params = sum(p.numel() for p in policy.parameters())
     result: dict[str, float | str] = {
         "bench": "learner",
-        "updates_per_s": round(updates_per_s, 2),
-        "ingest_tps": round(ingest_tps),
-        "ingest_tps_alone": round(tps_alone),
-        "ingest_tps_first_fill": round(tps_first_fill),
-        "ratio_vs_alone": round(ingest_tps / tps_alone, 3),
-        "updates_per_s_while_ingesting": round(both_updates, 2),
-        "meets_target": float(ingest_tps >= TARGET_TPS),
+        "updates_per_s": round(rates.updates_per_s, 2),
+        "ingest_tps": round(rates.ingest_tps),
+        "ingest_tps_alone": round(rates.tps_alone),
+        "ingest_tps_first_fill": round(rates.tps_first_fill),
+        "ratio_vs_alone": round(rates.ingest_tps / rates.tps_alone, 3),
+        "updates_per_s_while_ingesting": round(rates.both_updates, 2),
+        "meets_target": float(rates.ingest_tps >= TARGET_TPS),
         "device": device.type,
         "torch_threads": float(torch.get_num_threads()),
         "policy_params": float(n_params),
@@ -231,10 +269,10 @@ def run(quick: bool = False, policy_factory: PolicyFactory | None = None) -> dic
         f"{device.type}, two {IMAGE[0]}x{IMAGE[1]} cameras ({'quick' if quick else 'full'} run)",
         ["phase", "transitions/s", "updates/s"],
         [
-            ["ingest, first fill of the ring", tps_first_fill, "-"],
-            ["ingest alone", tps_alone, "-"],
-            ["updates alone", "-", updates_per_s],
-            ["ingest while updating", ingest_tps, both_updates],
+            ["ingest, first fill of the ring", rates.tps_first_fill, "-"],
+            ["ingest alone", rates.tps_alone, "-"],
+            ["updates alone", "-", rates.updates_per_s],
+            ["ingest while updating", rates.ingest_tps, rates.both_updates],
         ],
         result,
     )

@@ -38,6 +38,7 @@ from rich.console import Console
 
 from robotrl.bench.proxy import TcpProxy
 from robotrl.bench.report import report
+from robotrl.core import run_folder
 from robotrl.learner.journal import LEDGER_FILE
 from robotrl.transport.ledger import SeqLedger
 from robotrl.transport.spool import Spool
@@ -158,7 +159,7 @@ class Soak:
                 f"transport.transitions_endpoint=tcp://127.0.0.1:{t_port}",
                 f"transport.weights_endpoint=tcp://127.0.0.1:{w_port}",
             ],
-            root / "learner.log",
+            root / run_folder.role_log_name("learner"),
         )
         self.actors = {
             a: Role(
@@ -174,7 +175,7 @@ class Soak:
                     f"transport.transitions_endpoint={self.proxies[a][0].endpoint}",
                     f"transport.weights_endpoint={self.proxies[a][1].endpoint}",
                 ],
-                root / f"{a}.log",
+                root / run_folder.role_log_name(a),
             )
             for i, a in enumerate(ACTORS)
         }
@@ -189,19 +190,19 @@ class Soak:
 
     def _collect(self, actor: str) -> None:
         """Read an actor incarnation's files before the next one overwrites them."""
-        sent = _read_json(self.run_dir / f"actor_{actor}_sent.json")
-        if sent:
-            self.sent[sent["stream"]] = int(sent["rows"])
-            self.last_seq[sent["stream"]] = int(sent["seq"])
+        sent = run_folder.read_sent_record(self.run_dir, actor)
+        if sent is not None:
+            self.sent[sent.stream] = sent.rows
+            self.last_seq[sent.stream] = sent.seq
         for stream, (rows, seq) in spooled_rows_after(self.root / "spool" / actor, self.last_seq).items():
             self.sent[stream] = self.sent.get(stream, 0) + rows
             self.last_seq[stream] = seq
-        progress = _read_json(self.run_dir / f"actor_{actor}_progress.json")
-        if progress:
-            self.versions.append([int(v) for _, v in progress.get("history", [])])
-            self.missed[actor] += int(progress.get("missed_deadlines", 0))
-        for name in (f"actor_{actor}_sent.json", f"actor_{actor}_progress.json"):
-            (self.run_dir / name).unlink(missing_ok=True)
+        progress = run_folder.read_actor_progress(self.run_dir, actor)
+        if progress is not None:
+            self.versions.append(progress.versions())
+            self.missed[actor] += progress.missed_deadlines
+        run_folder.actor_sent_path(self.run_dir, actor).unlink(missing_ok=True)
+        run_folder.actor_progress_path(self.run_dir, actor).unlink(missing_ok=True)
 
     # -- faults ------------------------------------------------------------------------------
 
@@ -215,10 +216,10 @@ class Soak:
     def kill_learner(self) -> None:
         """SIGKILL between two checkpoints: once one exists and batches are journaled after it
         (waits up to 60 s for that on a slow machine), so both recovery paths are exercised."""
-        journal = self.run_dir / "journal"
+        journal = self.run_dir / run_folder.JOURNAL
         deadline = time.monotonic() + 60.0
         while time.monotonic() < deadline and not (
-            (self.run_dir / "checkpoints" / "latest").exists() and any(journal.glob("*.rrspool"))
+            run_folder.latest_checkpoint(self.run_dir) is not None and any(journal.glob("*.rrspool"))
         ):
             _pause.wait(0.1)
         self.learner.kill()
@@ -306,9 +307,9 @@ class Soak:
                     role.peak_mb = max(role.peak_mb, mb)
 
     def audit(self, codes: dict[str, int | None], learner_code: int | None) -> dict[str, Any]:
-        pointer = self.run_dir / "checkpoints" / "latest"
-        ckpt = self.run_dir / "checkpoints" / pointer.read_text().strip()
-        counters = json.loads((ckpt / "counters.json").read_text())
+        ckpt = run_folder.latest_checkpoint(self.run_dir)
+        assert ckpt is not None, "the learner wrote no checkpoint"
+        counters = json.loads((ckpt / run_folder.CHECKPOINT_COUNTERS).read_text())
         ledger = SeqLedger.from_json(json.loads((ckpt / LEDGER_FILE).read_text()))
         audit = ledger.audit()
         sent = sum(self.sent.values())
@@ -385,14 +386,6 @@ def _growth(samples: list[float]) -> float:
     n = len(samples) // 3
     mid, last = samples[n : 2 * n], samples[2 * n :]
     return sum(last) / len(last) - sum(mid) / len(mid)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def run(quick: bool = False) -> dict[str, Any]:

@@ -125,17 +125,16 @@ def _raw_actor(conn: Connection, endpoint: str, cameras: tuple[str, ...], n_batc
 # -- lerobot ---------------------------------------------------------------------------------
 
 
-def _lerobot_learner(conn: Connection, n_batches: int) -> None:
+def serve_lerobot_learner(service: Any) -> tuple[Any, int]:
+    """lerobot's learner gRPC ``service`` served on a free local port, as lerobot configures it:
+    (the server, its port)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import grpc
-    from lerobot.rl.learner_service import MAX_WORKERS, LearnerService
+    from lerobot.rl.learner_service import MAX_WORKERS
     from lerobot.transport import services_pb2_grpc
-    from lerobot.transport.utils import MAX_MESSAGE_SIZE, bytes_to_transitions
+    from lerobot.transport.utils import MAX_MESSAGE_SIZE
 
-    shutdown = threading.Event()
-    transitions: queue.Queue[bytes] = queue.Queue()
-    service = LearnerService(shutdown, queue.Queue(), 4.0, transitions, queue.Queue())
     server = grpc.server(
         ThreadPoolExecutor(max_workers=MAX_WORKERS),
         options=[
@@ -146,6 +145,17 @@ def _lerobot_learner(conn: Connection, n_batches: int) -> None:
     services_pb2_grpc.add_LearnerServiceServicer_to_server(service, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
+    return server, port
+
+
+def _lerobot_learner(conn: Connection, n_batches: int) -> None:
+    from lerobot.rl.learner_service import LearnerService
+    from lerobot.transport.utils import bytes_to_transitions
+
+    shutdown = threading.Event()
+    transitions: queue.Queue[bytes] = queue.Queue()
+    service = LearnerService(shutdown, queue.Queue(), 4.0, transitions, queue.Queue())
+    server, port = serve_lerobot_learner(service)
     conn.send(f"127.0.0.1:{port}")
     got = 0
     deadline = time.monotonic() + _TIMEOUT_S

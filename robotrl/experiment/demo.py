@@ -10,7 +10,7 @@
    ``experiment.repeats`` times with other seeds (all algorithms' first runs come first),
 5. evaluate each fine-tuned policy on the same seeds, pooling an algorithm's runs,
 6. record a rerun view of the fine-tuned policy, plot the learning curves, and write
-   the before/after table and ``results.json``.
+   the before/after table and the results (:func:`robotrl.core.run_folder.write_demo_results`).
 
 Every step is cached in ``experiment.output_dir``; a second run redoes only what is
 missing. The numbers are measured on the run, never assumed.
@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import json
 import shutil
 import tempfile
 import time
@@ -29,19 +28,19 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from robotrl.actor.report import outcome_text, pool_summaries
+from robotrl.actor.report import pool_summaries
 from robotrl.config.env import TakeoverConfig
 from robotrl.config.experiment import FINETUNE_RUNS, demo_online_seeds, demo_seed_problems
 from robotrl.config.load import problems_error
 from robotrl.config.policy import PolicyKind
 from robotrl.config.schema import RobotRLConfig
-from robotrl.core.types import OUTCOME_SUCCESS
+from robotrl.core import run_folder
+from robotrl.core.run_folder import EvalSummary
+from robotrl.experiment.demo_results import demo_results, eval_noise_scale, latency_text, print_results
 from robotrl.experiment.parallel import Job, JobDone, run_parallel
 from robotrl.experiment.progress import LaunchProgress, launch_finished
 from robotrl.experiment.steps import (
-    STAMP,
     StepFailedError,
     Steps,
     config_overrides,
@@ -53,20 +52,7 @@ from robotrl.experiment.steps import (
     step_key,
 )
 
-RESULTS = "results.json"
-CURVE = "learning_curve.png"
-RECORDING = "demo.rrd"
 RUN_GROUPS = ("env", "policy", "actor", "learner", "transport")
-POLICY_FIGURES = (
-    "episodes",
-    "success_rate",
-    "ci95",
-    "runs",
-    "mean_time_to_success_s",
-    "jerk_rms",
-    "starved_ticks",
-)
-"""What results.json keeps of each policy's evaluation (``runs``: a fine-tuned policy's per-run success)."""
 
 
 class Demo:
@@ -116,14 +102,9 @@ class Demo:
         takeovers on or off reuses the demonstrations, pretraining and evaluations."""
         return self._variant(env__takeover=TakeoverConfig(), **changes)
 
-    def _eval_noise_scale(self) -> float:
-        """The evaluations' inference temperature: ``experiment.eval_noise_scale``, else the policy's."""
-        scale = self.ex.eval_noise_scale
-        return self.cfg.policy.noise_scale if scale is None else scale
-
     def _evaluation(self, **changes: Any) -> RobotRLConfig:
         """:meth:`_offline` at the evaluations' inference temperature."""
-        return self._offline(policy__noise_scale=self._eval_noise_scale(), **changes)
+        return self._offline(policy__noise_scale=eval_noise_scale(self.cfg), **changes)
 
     def _sockets(self, name: str) -> Path:
         """A short, stable folder for ipc sockets (ipc paths are limited to ~100 bytes)."""
@@ -161,7 +142,7 @@ class Demo:
             shutil.rmtree(run_dir)  # new demonstrations or settings: resuming would keep the old training
         self.steps.run(title, run_dir, argv, inputs=[self.demos])
 
-    def evaluate(self, name: str, policy: Path, label: str, made_by: Path) -> dict[str, Any]:
+    def evaluate(self, name: str, policy: Path, label: str, made_by: Path) -> EvalSummary:
         """Evaluate ``policy``, which the step with output folder ``made_by`` wrote."""
         title, out, argv = self.evaluation_step(name, policy, label)
         self.steps.run(title, out, argv, inputs=[made_by])
@@ -178,10 +159,10 @@ class Demo:
         argv = robotrl("eval", *config_overrides(cfg, ["env", "policy", "actor"]), f"run_dir={out}")
         return f"evaluate {label} on {self.ex.eval_episodes} fixed seeds", out, argv
 
-    def _evaluation_summary(self, out: Path) -> dict[str, Any]:
-        summary: dict[str, Any] = json.loads((out / "eval_summary.json").read_text())
+    def _evaluation_summary(self, out: Path) -> EvalSummary:
+        summary = run_folder.read_eval_summary(out)
         if summary["episodes"] != self.ex.eval_episodes:  # stopped early (Ctrl-C): not a result
-            (out / STAMP).unlink(missing_ok=True)
+            (out / run_folder.STEP_STAMP).unlink(missing_ok=True)
             raise StepFailedError(f"{out}: {summary['episodes']} of {self.ex.eval_episodes} episodes ran")
         return summary
 
@@ -222,9 +203,9 @@ class Demo:
         title = (
             f"fine-tune online with {algorithm}{self._of_runs(run)} ({self.ex.actors} actor(s) x "
             f"{self.ex.online_episodes} episodes, {self.ex.update_groups} update groups, "
-            f"latency {_latency(self.cfg)})"
+            f"latency {latency_text(self.cfg)})"
         )
-        if not (out / STAMP).exists():
+        if not (out / run_folder.STEP_STAMP).exists():
             shutil.rmtree(out, ignore_errors=True)  # a half-finished run starts over
         return title, out, argv
 
@@ -250,7 +231,7 @@ class Demo:
         for job in jobs.values():
             self._exported(job.out_dir)
 
-    def evaluate_side_by_side(self) -> dict[str, list[dict[str, Any]]]:
+    def evaluate_side_by_side(self) -> dict[str, list[EvalSummary]]:
         """Evaluate every fine-tuned policy, ``experiment.finetune_workers`` at a time (each
         evaluation is one single-threaded process); returns each algorithm's summaries by run."""
         jobs: dict[tuple[str, int], Job] = {}
@@ -263,7 +244,7 @@ class Demo:
             inputs = ((str(made_by), run_id(made_by)),)
             jobs[algorithm, run] = Job(title, out, tuple(argv), inputs, complete=whole)
         self._side_by_side(list(jobs.values()), "evaluations", "")
-        runs: dict[str, list[dict[str, Any]]] = {a: [] for a in self.ex.algorithms}
+        runs: dict[str, list[EvalSummary]] = {a: [] for a in self.ex.algorithms}
         for (algorithm, _), job in jobs.items():
             runs[algorithm].append(self._evaluation_summary(job.out_dir))
         return runs
@@ -306,10 +287,10 @@ class Demo:
         return policy
 
     def rerun_view(self, policy: Path, label: str) -> Path | None:
-        path = self.out / RECORDING
+        path = self.out / run_folder.DEMO_RECORDING
         if self.ex.rerun_episodes == 0:
             return None
-        stamp = self.out / ".rerun_stamp"
+        stamp = self.out / run_folder.RECORDING_STAMP
         key = f"{policy}:{self.ex.rerun_episodes}:{run_id(policy.parent)}"  # a new fine-tune, a new view
         if path.exists() and stamp.exists() and stamp.read_text() == key:
             self.steps.note_cached(f"rerun recording of {label}", path)
@@ -368,10 +349,10 @@ class Demo:
             for a in self.ex.algorithms
             for run in range(self.ex.repeats)
         }
-        curve = learning_curves(every_run, evals, self.out / CURVE)
-        results = self.results(evals, time.perf_counter() - start)
-        (self.out / RESULTS).write_text(json.dumps(results, indent=2))
-        self._report(evals, results, curve, recording)
+        curve = learning_curves(every_run, evals, self.out / run_folder.LEARNING_CURVE)
+        results = demo_results(self.cfg, evals, time.perf_counter() - start, self.steps)
+        run_folder.write_demo_results(self.out, results)
+        print_results(self.console, self.cfg, evals, results, curve, recording)
         return 0
 
     def _runs_each(self) -> str:
@@ -381,58 +362,6 @@ class Demo:
         """`` (run 2 of 3)`` when the experiment repeats its fine-tuning runs, else nothing."""
         return f" (run {run + 1} of {self.ex.repeats})" if self.ex.repeats > 1 else ""
 
-    def results(self, evals: dict[str, dict[str, Any]], wall_s: float) -> dict[str, Any]:
-        def rate(name: str) -> float | None:
-            return evals[name]["success_rate"] if name in evals else None
-
-        ci = {name: evals[name]["ci95"] for name in evals}
-
-        def rapi_beats(baseline: str) -> bool | None:
-            if "rapi" not in ci or baseline not in ci:
-                return None
-            return bool(ci["rapi"][0] > ci[baseline][1])  # the intervals do not overlap
-
-        ci95 = {
-            "before": ci["pretrained"],
-            "after": ci.get("rapi"),
-            "bc": ci.get("bc"),
-            "bc_demos": ci.get("bc_demos"),
-        }
-        return {
-            "success_before": rate("pretrained"),
-            "success_after": rate("rapi"),
-            "success_bc": rate("bc"),
-            "success_bc_demos": rate("bc_demos"),
-            "ci95": ci95,
-            "episodes": self.ex.eval_episodes,
-            "repeats": self.ex.repeats,
-            "wall_s": round(wall_s, 1),
-            "rapi_beats_bc_beyond_ci": rapi_beats("bc"),
-            "rapi_beats_bc_demos_beyond_ci": rapi_beats("bc_demos"),
-            "per_policy": {
-                name: {k: e[k] for k in POLICY_FIGURES if k in e} | {"outcomes": e.get("outcomes", {})}
-                for name, e in evals.items()
-            },
-            "setting": {
-                "env": self.cfg.env.id,
-                "cameras": list(self.cfg.env.cameras),
-                "privileged_state": self.cfg.env.privileged_state,
-                "policy_size": self.cfg.policy.size.value,
-                "strategy": self.cfg.actor.strategy.value,
-                "noise_scale": {"online": self.cfg.policy.noise_scale, "eval": self._eval_noise_scale()},
-                "latency": _latency(self.cfg),
-                "control_hz": self.cfg.env.control_hz,
-                "demos": self.ex.demos,
-                "pretrain_steps": self.ex.pretrain_steps,
-                "online_episodes_per_actor": self.ex.online_episodes,
-                "actors": self.ex.actors,
-                "update_groups": self.ex.update_groups,
-                "eval_seeds": [self.ex.eval_seed, self.ex.eval_seed + self.ex.eval_episodes - 1],
-            },
-            "step_seconds": self.steps.seconds,
-            "cached_steps": self.steps.cached,
-        }
-
     def _intro(self) -> None:
         c, ex = self.cfg, self.ex
         cams = ", ".join(c.env.cameras) if c.env.cameras else "none (state only)"
@@ -441,79 +370,12 @@ class Demo:
             f"task {c.env.id} at {c.env.control_hz:g} Hz; cameras: {cams}; "
             f"privileged object pose in the state: {c.env.privileged_state}\n"
             f"policy: built-in flow policy, size {c.policy.size.value}, chunks of {c.policy.horizon}; "
-            f"strategy {c.actor.strategy.value} under {_latency(c)} inference latency (virtual time)\n"
+            f"strategy {c.actor.strategy.value} under {latency_text(c)} inference latency (virtual time)\n"
             f"budget per algorithm: {ex.actors} actor(s) x {ex.online_episodes} online episodes, "
             f"{ex.update_groups} learner update groups{self._runs_each()}; "
             f"evaluation on {ex.eval_episodes} fixed seeds\n"
             f"artefacts in {self.out} (delete it to start over; finished steps are reused)"
         )
-
-    def _report(
-        self, evals: dict[str, dict[str, Any]], results: dict[str, Any], curve: Path, recording: Path | None
-    ) -> None:
-        repeats = self.ex.repeats
-        pooled = f", fine-tuned policies pooled over {repeats} runs each" if repeats > 1 else ""
-        table = Table(
-            title=f"{self.cfg.env.id}: {self.ex.eval_episodes} fixed-seed episodes per policy{pooled}, "
-            f"noise scale {self._eval_noise_scale():g}"
-        )
-        columns = ["policy", "success", "95% CI", *(["per run"] if repeats > 1 else [])]
-        # per episode: a pooled row counts K times the episodes of the pretrained one
-        for col in (*columns, "time to success", "jerk RMS", "starved ticks / episode"):
-            table.add_column(col, justify="right" if col != "policy" else "left")
-        names = {
-            "pretrained": "pretrained (BC on demos)",
-            "rapi": "+ online RAPI",
-            "bc": "+ online BC on RAPI's buffers",
-            # the anchor it reads holds the takeovers' segments beside the demos (HG-DAgger's data)
-            "bc_demos": "+ BC on the demos and takeovers"
-            if self.cfg.env.takeover.enabled
-            else "+ BC on the demos only",
-        }
-        for name, e in evals.items():
-            lo, hi = e["ci95"]
-            tts = e["mean_time_to_success_s"]
-            table.add_row(
-                names.get(name, name),
-                f"{e['success_rate']:.0%}",
-                f"{lo:.0%}-{hi:.0%}",
-                *([", ".join(f"{r:.1%}" for r in e.get("runs", []))] if repeats > 1 else []),
-                "-" if tts is None else f"{tts:.2f} s",
-                f"{e['jerk_rms']:.0f}",
-                f"{e['starved_ticks'] / e['episodes']:.2f}",
-            )
-        self.console.print(table)
-        failures = {name: e["outcomes"] for name, e in evals.items() if e.get("outcomes")}
-        if failures:  # evaluations cached before outcomes were counted have none
-            self.console.print("how the failed episodes ended:")
-            for name, outcomes in failures.items():
-                failed = outcome_text(outcomes, skip=OUTCOME_SUCCESS)
-                self.console.print(f"  {names.get(name, name)} (of {evals[name]['episodes']}): {failed}")
-        for baseline in ("bc", "bc_demos"):
-            if "rapi" in evals and baseline in evals:
-                self.console.print(
-                    f"RAPI vs {names[baseline].removeprefix('+ ')} under the same budget: "
-                    + _compare(evals["rapi"]["ci95"], evals[baseline]["ci95"])
-                )
-        self.console.print(
-            f"results: {self.out / RESULTS}\nlearning curves: {curve}\n"
-            + (f"rerun recording: {recording}  (open with: rerun {recording})\n" if recording else "")
-            + f"logs of every role: {self.out}/finetune_*/logs/\ntotal wall time {results['wall_s']:.0f} s"
-        )
-
-
-def _compare(rapi: list[float], baseline: list[float]) -> str:
-    """How RAPI's 95% interval of success stands to a baseline's."""
-    if rapi[0] > baseline[1]:
-        return "RAPI is better beyond the 95% intervals."
-    if rapi[1] < baseline[0]:
-        return "RAPI is worse beyond the 95% intervals."
-    return "the 95% intervals overlap; neither is better beyond them."
-
-
-def _latency(cfg: RobotRLConfig) -> str:
-    lat = cfg.actor.latency
-    return f"{lat.kind.value} median {lat.median_s * 1e3:.0f} ms"
 
 
 def export_policy(pretrained: Path, run_dir: Path, target: Path) -> None:
@@ -521,14 +383,13 @@ def export_policy(pretrained: Path, run_dir: Path, target: Path) -> None:
     policy checkpoint that `robotrl eval policy.path=...` loads."""
     from safetensors.numpy import load_file
 
-    from robotrl.learner.checkpoint import Checkpointer
     from robotrl.policy import load_policy, save_policy
 
-    latest = Checkpointer(run_dir).latest()
+    latest = run_folder.latest_checkpoint(run_dir)
     if latest is None:
         raise RuntimeError(f"{run_dir}: the learner wrote no checkpoint (did it run any update group?)")
     policy = load_policy(pretrained)
-    policy.load_weights(load_file(str(latest / "policy.safetensors")))
+    policy.load_weights(load_file(str(latest / run_folder.CHECKPOINT_POLICY)))
     save_policy(policy, target)
 
 

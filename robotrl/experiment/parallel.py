@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from robotrl.core.run_folder import STEP_LOG
 from robotrl.experiment.steps import StepFailedError, is_cached, step_env, step_key, write_stamp
 
-LOG_NAME = "output.log"
 LOG_TAIL_LINES = 15
 
 
@@ -36,7 +36,7 @@ class Job:
 
     @property
     def log(self) -> Path:
-        return self.out_dir / LOG_NAME
+        return self.out_dir / STEP_LOG
 
 
 class _StoppedError(StepFailedError):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from robotrl.core.run_folder import every_actor_progress, read_learner_metrics
 
 
 def _pyplot() -> Any:
@@ -22,20 +24,11 @@ def _pyplot() -> Any:
 def online_history(run_dir: Path) -> list[int]:
     """Per-episode successes of every actor of a fine-tuning run (the policy's own: an episode a
     person or the scripted takeover drove for a while counts as a failure), in episode order."""
-    histories = []
-    for path in sorted(run_dir.glob("actor_*_progress.json")):
-        histories.append([int(s) for s, _v in json.loads(path.read_text()).get("history", [])])
+    histories = [progress.policy_successes() for progress in every_actor_progress(run_dir)]
     out: list[int] = []
     for i in range(max((len(h) for h in histories), default=0)):
         out += [h[i] for h in histories if i < len(h)]
     return out
-
-
-def learner_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "learner_metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def rolling(values: list[int], window: int) -> npt.NDArray[np.float64]:
@@ -46,7 +39,7 @@ def rolling(values: list[int], window: int) -> npt.NDArray[np.float64]:
     return np.convolve(x, kernel, "valid") / len(kernel)
 
 
-def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], path: Path) -> Path:
+def learning_curves(runs: dict[str, Path], evals: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
     """Online success (rolling) per fine-tuning run with the fixed-seed evaluations, and learner
     losses. ``runs`` are named ``algorithm`` or ``algorithm-runK`` (the demo's repeats: one colour
     per algorithm); ``evals`` holds each algorithm's evaluation, drawn after its first run."""
@@ -75,7 +68,7 @@ def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], pat
                 capsize=4,
                 label=f"{name}: eval (95% CI{_pooled(e)})",
             )
-        metrics = learner_metrics(run_dir)
+        metrics = read_learner_metrics(run_dir)
         for key, style, label in (("policy_loss", "-", "policy loss"), ("q_loss", "--", "critic (Q) loss")):
             points = [(m["group"], m[key]) for m in metrics if key in m]  # none during critic warm-up
             if points:
@@ -98,7 +91,7 @@ def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], pat
     if ax_l.get_legend_handles_labels()[0]:
         ax_l.set_yscale("log")
         ax_l.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
-    else:  # no run logged a loss yet (learner_metrics.jsonl missing or still in warm-up)
+    else:  # no run logged a loss yet (no learner metrics yet, or still in warm-up)
         ax_l.text(0.5, 0.5, "no learner metrics logged", ha="center", va="center", transform=ax_l.transAxes)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +100,7 @@ def learning_curves(runs: dict[str, Path], evals: dict[str, dict[str, Any]], pat
     return path
 
 
-def _pooled(summary: dict[str, Any]) -> str:
+def _pooled(summary: Mapping[str, Any]) -> str:
     runs = len(summary.get("runs", []))
     return f", {runs} runs pooled" if runs > 1 else ""
 

@@ -1,9 +1,9 @@
 """Progress lines of `robotrl launch` runs that write their output to logs (run side by side).
 
-A launch run in the foreground shows its own status table; runs in the background
-only write it to ``launch_status.json``. :class:`LaunchProgress` reads those files
-every ``interval_s`` and prints one line per run, so a user watching fifteen
-minutes of parallel fine-tuning sees it move.
+A launch run in the foreground shows its own status table; runs in the background only
+write it to their launch status file (:mod:`robotrl.core.run_folder`). :class:`LaunchProgress`
+reads those files every ``interval_s`` and prints one line per run, so a user watching
+fifteen minutes of parallel fine-tuning sees it move.
 """
 
 from __future__ import annotations
@@ -12,25 +12,21 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from rich.console import Console
 
-from robotrl.launch.main import STATUS_FILE
-from robotrl.launch.status import describe_progress, read_json
+from robotrl.core.run_folder import RoleStatus, read_launch_status
+from robotrl.launch.status import describe_progress
 
 
-def _roles(run_dir: Path) -> list[dict[str, Any]]:
-    status = read_json(run_dir / STATUS_FILE) or {}
-    roles = status.get("roles")
-    if not isinstance(roles, list):
-        return []
-    return [row for row in roles if isinstance(row, dict) and "role" in row]
+def _roles(run_dir: Path) -> list[RoleStatus]:
+    status = read_launch_status(run_dir)
+    return [] if status is None else status.roles
 
 
 def progress_line(name: str, run_dir: Path) -> str | None:
     """``name: learner <progress> | actor-0 <progress>`` from ``run_dir``'s status (None: none yet)."""
-    roles = [f"{r['role']} {describe_progress(r['role'], r.get('progress') or {})}" for r in _roles(run_dir)]
+    roles = [f"{r.role} {describe_progress(r.role, r.progress or {})}" for r in _roles(run_dir)]
     return f"{name}: " + " | ".join(roles) if roles else None
 
 
@@ -38,7 +34,7 @@ def launch_finished(run_dir: Path) -> bool:
     """Whether every role of the launch run in ``run_dir`` exited on its own with success: a
     run stopped by a signal exits cleanly too, with its work cut short."""
     roles = _roles(run_dir)
-    return bool(roles) and all(row.get("state") == "done" for row in roles)
+    return bool(roles) and all(row.state == "done" for row in roles)
 
 
 class LaunchProgress:

@@ -1,15 +1,14 @@
 """Steps of an experiment: `robotrl <role>` processes whose results are cached on disk.
 
 A step writes its outputs into one folder and, when it succeeds, a stamp
-(``.robotrl_step.json``) holding its exact command line. A second run skips a step
-whose stamp matches, so an interrupted or repeated experiment redoes only what
+(:class:`robotrl.core.run_folder.StepStamp`) holding its exact command line. A second run
+skips a step whose stamp matches, so an interrupted or repeated experiment redoes only what
 changed. Configs travel to each step as explicit Hydra overrides (every field of the
 groups it reads), so a step's command line says everything it ran with.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -22,7 +21,8 @@ from typing import Any
 
 from rich.console import Console
 
-STAMP = ".robotrl_step.json"
+from robotrl.core.run_folder import StepStamp, eval_episodes_ran, read_step_stamp, write_step_stamp
+
 QUIET = {"HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
 """Environment of every step: the datasets library's per-episode bars would drown robotrl's own."""
 
@@ -142,14 +142,20 @@ def key_of(argv: Sequence[str], inputs: Sequence[Path]) -> dict[str, Any]:
 
 
 def is_cached(out_dir: Path, key: dict[str, Any]) -> bool:
-    return _stamp_matches(out_dir / STAMP, key)
+    """Whether ``out_dir`` holds the output of a run of ``key`` that succeeded (and made of
+    inputs that all exist)."""
+    stamp = read_step_stamp(out_dir)
+    if stamp is None or None in key["inputs"].values():
+        return False
+    return bool(stamp.argv == key["argv"] and stamp.inputs == key["inputs"])
 
 
 def write_stamp(out_dir: Path, key: dict[str, Any], seconds: float) -> None:
     """Mark ``out_dir`` as made by a run of ``key`` that succeeded."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    record = {**key, "run": f"{time.time_ns():x}", "seconds": round(seconds, 1)}
-    (out_dir / STAMP).write_text(json.dumps(record, indent=1))
+    stamp = StepStamp(
+        argv=key["argv"], inputs=key["inputs"], run=f"{time.time_ns():x}", seconds=round(seconds, 1)
+    )
+    write_step_stamp(out_dir, stamp)
 
 
 def may_continue(out_dir: Path, argv: Sequence[str], inputs: Sequence[Path], growing: str) -> bool:
@@ -157,7 +163,7 @@ def may_continue(out_dir: Path, argv: Sequence[str], inputs: Sequence[Path], gro
     checkpoint): yes when that run was interrupted before its stamp, or made from the same inputs
     by the same command but for the override starting ``growing`` (say, more steps); no when an
     input was rebuilt or another setting changed, which a resumed run would silently ignore."""
-    recorded = _read_stamp(out_dir / STAMP)
+    recorded = read_step_stamp(out_dir)
     if recorded is None:
         return True
     key = key_of(argv, inputs)
@@ -165,36 +171,18 @@ def may_continue(out_dir: Path, argv: Sequence[str], inputs: Sequence[Path], gro
     def fixed(args: Sequence[str]) -> list[str]:
         return [a for a in args if not a.startswith(growing)]
 
-    return recorded.get("inputs") == key["inputs"] and fixed(recorded.get("argv", [])) == fixed(key["argv"])
-
-
-def _read_stamp(stamp: Path) -> dict[str, Any] | None:
-    try:
-        recorded = json.loads(stamp.read_text())
-    except (OSError, ValueError):
-        return None
-    return recorded if isinstance(recorded, dict) else None
+    return recorded.inputs == key["inputs"] and fixed(recorded.argv) == fixed(key["argv"])
 
 
 def run_id(out_dir: Path) -> str | None:
     """Which run of a step made the output in ``out_dir`` (None: not made)."""
-    recorded = _read_stamp(out_dir / STAMP)
-    return None if recorded is None else recorded.get("run")
-
-
-def _stamp_matches(stamp: Path, key: dict[str, Any]) -> bool:
-    recorded = _read_stamp(stamp)
-    if recorded is None or any(k not in recorded for k in key):
-        return False
-    return all(recorded[k] == v for k, v in key.items()) and None not in key["inputs"].values()
+    recorded = read_step_stamp(out_dir)
+    return None if recorded is None else recorded.run
 
 
 def ran_every_episode(out_dir: Path, episodes: int) -> bool:
     """Whether the evaluation in ``out_dir`` ran all its episodes (Ctrl-C ends one early, exit 0)."""
-    try:
-        return bool(json.loads((out_dir / "eval_summary.json").read_text())["episodes"] == episodes)
-    except (OSError, ValueError, KeyError):
-        return False
+    return eval_episodes_ran(out_dir) == episodes
 
 
 def robotrl(role: str, *overrides: str) -> list[str]:

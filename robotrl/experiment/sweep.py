@@ -14,10 +14,10 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import json
 import math
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from rich.table import Table
 from robotrl.config.actor import Strategy
 from robotrl.config.latency import parse_latency
 from robotrl.config.schema import RobotRLConfig
+from robotrl.core import run_folder
 from robotrl.experiment.parallel import Job, JobDone, run_parallel
 from robotrl.experiment.steps import config_overrides, ran_every_episode, robotrl, run_id
 
@@ -79,17 +80,17 @@ def run_sweep(cfg: RobotRLConfig) -> int:
     console.rule(f"[bold]latency sweep: {len(jobs)} cells x {ex.sweep_episodes} episodes of {cfg.env.id}")
     console.print(
         f"policy {policy}; seeds {ex.eval_seed}..{ex.eval_seed + ex.sweep_episodes - 1} in every cell;"
-        f" {workers} cells at a time, each cell's output in {out / 'cells'}/<cell>/output.log"
+        f" {workers} cells at a time, each cell's output in {out / 'cells'}/<cell>/{run_folder.STEP_LOG}"
     )
     rows: dict[Job, dict[str, Any]] = {}
     start = time.perf_counter()
 
     def cell_done(done: JobDone) -> None:
-        summary = json.loads((done.job.out_dir / "eval_summary.json").read_text())
+        summary = run_folder.read_eval_summary(done.job.out_dir)
         latency, strategy = cells[done.job]
         rows[done.job] = {"latency": latency, "strategy": strategy, **_row(summary)}
         ordered = [rows[job] for job in jobs if job in rows]
-        (out / "results.json").write_text(json.dumps({"policy": policy, "rows": ordered}, indent=1))
+        run_folder.write_sweep_results(out, run_folder.SweepResults(policy, ordered))
         lo, hi = summary["ci95"]
         took = "cached" if done.cached else f"{done.seconds:.0f} s"
         console.print(
@@ -99,12 +100,12 @@ def run_sweep(cfg: RobotRLConfig) -> int:
 
     run_parallel(jobs, workers, cell_done)
     ordered = [rows[job] for job in jobs]
-    plot = sweep_plot(ordered, out / "sweep.png")
+    plot = sweep_plot(ordered, out / run_folder.SWEEP_PLOT)
     console.print(table(ordered, f"{cfg.env.id}: {ex.sweep_episodes} fixed-seed episodes per cell"))
     for finding in findings(ordered):
         console.print(finding)
     console.print(
-        f"table: {out / 'results.json'}\nplot: {plot}\nwall time {time.perf_counter() - start:.0f} s"
+        f"table: {out / run_folder.RESULTS}\nplot: {plot}\nwall time {time.perf_counter() - start:.0f} s"
     )
     return 0
 
@@ -146,7 +147,7 @@ def checkpoint_identity(policy: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def _row(summary: dict[str, Any]) -> dict[str, Any]:
+def _row(summary: Mapping[str, Any]) -> dict[str, Any]:
     keys = (
         "success_rate",
         "ci95",

@@ -25,13 +25,14 @@ from rich.live import Live
 
 from robotrl.config.load import ConfigError, load_config
 from robotrl.config.schema import RobotRLConfig
-from robotrl.launch.status import describe_progress, snapshot, table, write_status
+from robotrl.core import run_folder
+from robotrl.core.run_folder import RoleStatus
+from robotrl.launch.status import describe_progress, snapshot, table
 from robotrl.launch.supervisor import RoleSpec, State, Supervisor
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
-STATUS_FILE = "launch_status.json"
 _PER_ACTOR_KEYS = ("actor.actor_id", "actor.seed")
 
 
@@ -43,18 +44,25 @@ def role_command(role: str, overrides: Sequence[str]) -> list[str]:
 def build_specs(cfg: RobotRLConfig, overrides: Sequence[str]) -> list[RoleSpec]:
     """The learner (when asked) and ``launch.actors`` actors, each with its log file."""
     shared = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in _PER_ACTOR_KEYS]
-    logs = Path(cfg.run_dir) / "logs"
+    run_dir = Path(cfg.run_dir)
     env = {"COLUMNS": "160", "PYTHONUNBUFFERED": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
     specs = []
     if cfg.launch.learner:
         learner_env = {**env, **_threads(cfg.launch.learner_threads)}
-        specs.append(RoleSpec("learner", role_command("learner", shared), logs / "learner.log", learner_env))
+        specs.append(
+            RoleSpec(
+                "learner",
+                role_command("learner", shared),
+                run_folder.role_log(run_dir, "learner"),
+                learner_env,
+            )
+        )
     for i in range(cfg.launch.actors):
         actor_id = f"actor-{i}"
         seed = cfg.actor.seed + i * cfg.launch.actor_seed_stride
         argv = role_command("actor", [*shared, f"actor.actor_id={actor_id}", f"actor.seed={seed}"])
         actor_env = {**env, **_threads(cfg.launch.actor_threads)}
-        specs.append(RoleSpec(actor_id, argv, logs / f"{actor_id}.log", actor_env))
+        specs.append(RoleSpec(actor_id, argv, run_folder.role_log(run_dir, actor_id), actor_env))
     return specs
 
 
@@ -107,15 +115,15 @@ class Launch:
             return "the learner finished its update groups"
         return None
 
-    def _rows(self) -> list[dict[str, object]]:
+    def _rows(self) -> list[RoleStatus]:
         rows = snapshot(self.supervisor.children, self.run_dir, time.monotonic())
-        write_status(self.run_dir / STATUS_FILE, rows)
+        run_folder.write_launch_status(self.run_dir, rows)
         return rows
 
     def run(self) -> int:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        title = f"robotrl launch: {self.run_dir}  (logs in {self.run_dir / 'logs'}; Ctrl-C stops)"
+        title = f"robotrl launch: {self.run_dir}  (logs in {self.run_dir / run_folder.LOGS}; Ctrl-C stops)"
         reason = None
         try:
             self.supervisor.start()
@@ -157,13 +165,11 @@ class Launch:
         if self.has_learner:
             self.supervisor.stop(["learner"], timeout)
 
-    def _print_plain(self, rows: list[dict[str, object]]) -> None:
+    def _print_plain(self, rows: list[RoleStatus]) -> None:
         parts = []
         for r in rows:
-            progress = r["progress"]
-            assert isinstance(progress, dict)
-            desc = describe_progress(str(r["role"]), progress)
-            parts.append(f"{r['role']} [{r['state']}, restarts {r['restarts']}]: {desc}")
+            desc = describe_progress(r.role, r.progress)
+            parts.append(f"{r.role} [{r.state}, restarts {r.restarts}]: {desc}")
         self.console.log("  |  ".join(parts))
 
 

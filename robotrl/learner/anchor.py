@@ -27,6 +27,9 @@ import numpy as np
 from robotrl.core.batch import TransitionBatch
 from robotrl.learner.replay import Added, Batch, ChunkReplay, ReplaySpec, concat
 
+SLOTS_FILE = "slots.json"
+"""Beside the success slots' rows in a checkpoint: which slot holds which episode length."""
+
 
 class SuccessStore:
     """The fastest ``k`` successful episodes, each in a fixed slot of ``slot_rows`` rows."""
@@ -61,11 +64,11 @@ class SuccessStore:
 
     def save(self, folder: Path) -> None:
         self.table.save(folder)
-        (folder / "slots.json").write_text(json.dumps({"heap": self._heap, "offered": self.offered}))
+        (folder / SLOTS_FILE).write_text(json.dumps({"heap": self._heap, "offered": self.offered}))
 
     def load(self, folder: Path) -> None:
         self.table.load(folder)
-        meta = json.loads((folder / "slots.json").read_text())
+        meta = json.loads((folder / SLOTS_FILE).read_text())
         self._heap = [(int(n), int(slot)) for n, slot in meta["heap"]]
         heapq.heapify(self._heap)
         self.offered = int(meta["offered"])

@@ -25,6 +25,15 @@ import numpy.typing as npt
 import torch
 from safetensors.numpy import save_file
 
+from robotrl.core.run_folder import (
+    CHECKPOINT_COUNTERS,
+    CHECKPOINT_LATEST,
+    CHECKPOINT_POLICY,
+    CHECKPOINT_STATE,
+    CHECKPOINTS,
+    latest_checkpoint,
+)
+
 FORMAT_VERSION = 2  # 2: counters.json names the weight version policy_version
 KEEP = 2
 BUFFERS = "buffers"
@@ -41,7 +50,8 @@ class Counters:
 
 class Checkpointer:
     def __init__(self, run_dir: str | Path) -> None:
-        self.root = Path(run_dir) / "checkpoints"
+        self.run_dir = Path(run_dir)
+        self.root = self.run_dir / CHECKPOINTS
 
     def save(
         self,
@@ -60,37 +70,33 @@ class Checkpointer:
         tmp = self.root / f".tmp-{final.name}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        torch.save(dict(state), tmp / "state.pt")
+        torch.save(dict(state), tmp / CHECKPOINT_STATE)
         save_file(
-            {k: np.ascontiguousarray(v) for k, v in policy_weights.items()}, str(tmp / "policy.safetensors")
+            {k: np.ascontiguousarray(v) for k, v in policy_weights.items()}, str(tmp / CHECKPOINT_POLICY)
         )
         meta = {"format_version": FORMAT_VERSION, **asdict(counters)}
         if save_buffers is not None:
             save_buffers(tmp / BUFFERS)
         for name, document in (extra_json or {}).items():
             (tmp / name).write_text(json.dumps(document))
-        (tmp / "counters.json").write_text(json.dumps(meta, indent=1))
+        (tmp / CHECKPOINT_COUNTERS).write_text(json.dumps(meta, indent=1))
         tmp.rename(final)
         pointer = self.root / ".latest.tmp"
         pointer.write_text(final.name)
-        os.replace(pointer, self.root / "latest")
+        os.replace(pointer, self.root / CHECKPOINT_LATEST)
         for old in sorted(self.root.glob("group-*"))[:-KEEP]:
             shutil.rmtree(old, ignore_errors=True)
         return final
 
     def latest(self) -> Path | None:
-        pointer = self.root / "latest"
-        if not pointer.exists():
-            return None
-        path = self.root / pointer.read_text().strip()
-        return path if (path / "counters.json").exists() else None
+        return latest_checkpoint(self.run_dir)
 
     def load(self, path: Path, device: torch.device) -> tuple[dict[str, Any], Counters]:
-        meta = json.loads((path / "counters.json").read_text())
+        meta = json.loads((path / CHECKPOINT_COUNTERS).read_text())
         if meta.get("format_version") != FORMAT_VERSION:
             raise ValueError(
                 f"{path}: checkpoint format {meta.get('format_version')}, expected {FORMAT_VERSION}"
             )
-        state = torch.load(path / "state.pt", map_location=device, weights_only=True)
+        state = torch.load(path / CHECKPOINT_STATE, map_location=device, weights_only=True)
         counters = Counters(int(meta["groups"]), int(meta["policy_version"]), int(meta["transitions"]))
         return state, counters

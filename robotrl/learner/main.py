@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from robotrl.config.schema import RobotRLConfig
+from robotrl.core import run_folder
 from robotrl.core.protocols import BatchReceiver, Sender
 from robotrl.core.types import EnvSpec, WeightUpdate
 from robotrl.learner.algorithms import build_algorithm
@@ -27,10 +28,6 @@ from robotrl.learner.metrics import MetricsLog
 from robotrl.learner.replay import ChunkReplay, ReplaySpec
 from robotrl.learner.torch_utils import resolve_device
 from robotrl.policy.factory import trained_max_delay
-
-METRICS_FILE = "learner_metrics.jsonl"
-JOURNAL_DIR = "journal"
-RERUN_FILE = "learner.rrd"
 
 
 def replay_spec(cfg: RobotRLConfig, spec: EnvSpec, horizon: int, max_delay: int | None = None) -> ReplaySpec:
@@ -53,7 +50,7 @@ def open_journal(cfg: RobotRLConfig) -> Journal | None:
     them a restarted learner starts from empty buffers anyway)."""
     if not cfg.learner.save_buffers:
         return None
-    return Journal(Path(cfg.run_dir) / JOURNAL_DIR, cfg.learner.journal_max_mb << 20)
+    return Journal(Path(cfg.run_dir) / run_folder.JOURNAL, cfg.learner.journal_max_mb << 20)
 
 
 def resume_point(cfg: RobotRLConfig) -> Path | None:
@@ -87,8 +84,9 @@ def build_learner(
         state, counters = checkpointer.load(latest, device)
         algorithm.load_state_dict(state)
         logging.getLogger(__name__).info("resumed from %s: %s", latest, counters)
-    rerun_path = Path(cfg.run_dir) / RERUN_FILE if lrn.rerun else None
-    metrics = MetricsLog(Path(cfg.run_dir) / METRICS_FILE, console=console, rerun_path=rerun_path)
+    run_dir = Path(cfg.run_dir)
+    rerun_path = run_dir / run_folder.LEARNER_RECORDING if lrn.rerun else None
+    metrics = MetricsLog(run_dir / run_folder.LEARNER_METRICS, console=console, rerun_path=rerun_path)
     learner = Learner(
         algorithm,
         online,
@@ -161,7 +159,7 @@ def run_learner(cfg: RobotRLConfig) -> int:
         f"[bold]robotrl learner[/bold]: {cfg.learner.algorithm.value} "
         f"on {resolve_device(cfg.learner.device)}, "
         f"receiving on {cfg.transport.transitions_endpoint}, publishing on {cfg.transport.weights_endpoint}, "
-        f"metrics in {Path(cfg.run_dir) / METRICS_FILE}"
+        f"metrics in {Path(cfg.run_dir) / run_folder.LEARNER_METRICS}"
     )
     try:
         counters = learner.run(cfg.learner.max_groups)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+
+from robotrl.core.run_folder import JsonLinesLog
 
 CONSOLE_KEYS = (
     "group",
@@ -29,10 +30,7 @@ class MetricsLog:
         self, path: str | Path | None, console: bool = True, rerun_path: str | Path | None = None
     ) -> None:
         """``rerun_path``: also record every metric as a rerun scalar series in this .rrd file."""
-        self._file = None
-        if path is not None:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(path, "a", buffering=1)  # noqa: SIM115 (held open for the run)
+        self._file = None if path is None else JsonLinesLog(Path(path))
         self._console = Console(highlight=False) if console else None
         self._rr: Any = None
         if rerun_path is not None:
@@ -45,7 +43,7 @@ class MetricsLog:
     def write(self, record: Mapping[str, float | int]) -> None:
         line = {"time": round(time.time(), 3), **record}
         if self._file is not None:
-            self._file.write(json.dumps(line) + "\n")
+            self._file.write(line)
         if self._console is not None:
             shown = "  ".join(
                 f"{k}={record[k]:.4g}" if isinstance(record[k], float) else f"{k}={record[k]}"

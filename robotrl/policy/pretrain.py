@@ -12,7 +12,7 @@ them), and writes into ``run_dir``:
 - ``policy_best/``: the checkpoint with the lowest validation loss,
 - ``pretrain_state/``: optimiser state and step (and the training iterate, with
   ``pretrain.ema``), so a rerun resumes,
-- ``pretrain_metrics.jsonl``: one JSON line per validation.
+- the pretraining metrics (``run_folder.PRETRAIN_METRICS``): one JSON line per validation.
 
 Checkpoint directories are replaced atomically (written beside, then renamed), so
 an interrupted run never leaves a half-written policy. Batches are drawn from a
@@ -37,6 +37,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from robotrl.config.pretrain import PretrainConfig
 from robotrl.config.schema import RobotRLConfig
+from robotrl.core.run_folder import PRETRAIN_METRICS, append_json_line
 from robotrl.policy.average import WeightAverage
 from robotrl.policy.checkpoint import CheckpointError
 from robotrl.policy.data import ChunkSampler, DatasetError, Demos, load_demos, split_episodes
@@ -185,7 +186,7 @@ class Pretrainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.pt.resume and self.try_resume():
             console.print(f"pretrain: resumed from {self.run_dir} at step {self.step}")
-        metrics_file = self.run_dir / "pretrain_metrics.jsonl"
+        metrics_file = self.run_dir / PRETRAIN_METRICS
         self.policy.train()
         last_loss, val_loss = math.nan, math.nan
         columns = (
@@ -213,8 +214,7 @@ class Pretrainer:
                         "val_loss": val_loss,
                         "lr": learning_rate(self.step - 1, self.pt),
                     }
-                    with metrics_file.open("a") as f:
-                        f.write(json.dumps(record) + "\n")
+                    append_json_line(metrics_file, record)
                 if checkpoint:
                     self.save(val_loss)
                 progress.update(bar, completed=self.step, loss=last_loss, val=val_loss)

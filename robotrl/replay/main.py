@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from rich.progress import track
 from rich.table import Table
 
 from robotrl.config.schema import RobotRLConfig
+from robotrl.core import run_folder
 from robotrl.replay.episodes import DatasetError, Episode, cameras_of, open_dataset, read_episodes
 
 console = Console(stderr=True)
@@ -71,10 +71,7 @@ def _sim_env(cfg: RobotRLConfig, episodes: list[Episode], cameras: bool) -> Any:
 
 
 def _write(cfg: RobotRLConfig, name: str, payload: dict[str, Any]) -> Path:
-    out = Path(cfg.run_dir) / name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(payload, indent=1))
-    return out
+    return run_folder.write_json(Path(cfg.run_dir) / name, payload, indent=1)
 
 
 # -- open loop ---------------------------------------------------------------------------
@@ -132,7 +129,9 @@ def open_loop(cfg: RobotRLConfig, episodes: list[Episode]) -> int:
         )
     Console().print(table)
     reproduced = sum(r["first_drift_tick"] is None for r in rows)
-    out = _write(cfg, "replay_open_loop.json", {"tolerance": tol, "reproduced": reproduced, "episodes": rows})
+    out = _write(
+        cfg, run_folder.REPLAY_OPEN_LOOP, {"tolerance": tol, "reproduced": reproduced, "episodes": rows}
+    )
     console.print(f"{reproduced}/{len(rows)} episodes reproduced within {tol:g}; details in {out}")
     return 0 if reproduced == len(rows) else 1
 
@@ -142,8 +141,7 @@ def open_loop(cfg: RobotRLConfig, episodes: list[Episode]) -> int:
 
 def resim(cfg: RobotRLConfig, episodes: list[Episode]) -> int:
     """The policy at the recorded seeds under the configured latency; outcomes side by side."""
-    from robotrl.actor.main import build_loop
-    from robotrl.actor.run import make_backend
+    from robotrl.actor.compose import build_loop, make_backend
     from robotrl.sim.latency import build_latency_model
 
     if not cfg.policy.path:
@@ -198,7 +196,7 @@ def resim(cfg: RobotRLConfig, episodes: list[Episode]) -> int:
     Console().print(table)
     rec = sum(bool(r["recorded_success"]) for r in rows)
     sim = sum(bool(r["resim_success"]) for r in rows)
-    out = _write(cfg, "replay_resim.json", {"policy": cfg.policy.path, "episodes": rows})
+    out = _write(cfg, run_folder.REPLAY_RESIM, {"policy": cfg.policy.path, "episodes": rows})
     console.print(f"success: recorded {rec}/{len(rows)}, re-simulated {sim}/{len(rows)}; details in {out}")
     return 0
 
@@ -238,7 +236,9 @@ def to_learner(cfg: RobotRLConfig, episodes: list[Episode]) -> int:
         sender.close()
     stats = sender.stats()
     out = _write(
-        cfg, "replay_to_learner.json", {"episodes": sent, "frames": frames, "delivered": delivered, **stats}
+        cfg,
+        run_folder.REPLAY_TO_LEARNER,
+        {"episodes": sent, "frames": frames, "delivered": delivered, **stats},
     )
     console.print(
         f"sent {sent} episodes ({frames} frames) to {cfg.transport.transitions_endpoint} as intervention "
@@ -255,7 +255,7 @@ def view(cfg: RobotRLConfig, ds: Any, episodes: list[Episode]) -> int:
 
     from robotrl.core.types import IMAGE_KEY_PREFIX
 
-    path = Path(cfg.replay.output or Path(cfg.run_dir) / "replay.rrd")
+    path = Path(cfg.replay.output or Path(cfg.run_dir) / run_folder.REPLAY_RECORDING)
     path.parent.mkdir(parents=True, exist_ok=True)
     rec = rr.RecordingStream("robotrl-replay")
     rec.save(str(path))

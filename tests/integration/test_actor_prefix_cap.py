@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from robotrl.sim import make_env
 
-from robotrl.actor.run import make_backend, max_prefix
+from robotrl.actor.compose import make_backend, max_prefix
 from robotrl.config.load import load_config
 from robotrl.policy import build_policy, save_policy
 

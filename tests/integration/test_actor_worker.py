@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from doubles import LineEnv
 
-from robotrl.actor.main import build_loop
+from robotrl.actor.compose import build_loop
 from robotrl.actor.timing import InferenceFailedError
 from robotrl.actor.worker import ProcessInference, WorkerSpec
 from robotrl.config.actor import ActorConfig, Strategy

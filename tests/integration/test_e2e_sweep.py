@@ -10,7 +10,7 @@ import pytest
 from robotrl.sim import make_env
 
 from robotrl.config.load import load_config
-from robotrl.experiment.steps import STAMP
+from robotrl.core.run_folder import STEP_STAMP
 from robotrl.experiment.sweep import run_sweep
 from robotrl.policy import build_policy, save_policy
 
@@ -49,7 +49,7 @@ def test_latency_sweep_writes_one_row_per_cell_and_a_plot(tmp_path: Path):
     assert rows[1]["mean_delay_ticks"] in (None, 0.0)
     assert (out / "sweep.png").read_bytes()[:4] == b"\x89PNG"
     # Each cell is its own `robotrl eval` with a log; a second sweep reruns none of them.
-    stamps = sorted((out / "cells").glob(f"*/{STAMP}"))
+    stamps = sorted((out / "cells").glob(f"*/{STEP_STAMP}"))
     assert len(stamps) == 4 and all((s.parent / "output.log").is_file() for s in stamps)
     runs = [json.loads(s.read_text())["run"] for s in stamps]
     assert run_sweep(cfg) == 0

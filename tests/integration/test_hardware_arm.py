@@ -132,8 +132,8 @@ def test_too_many_failed_reads_stop_the_actor_and_leave_the_arm_safe(tmp_path):
 
 
 def test_intervention_flows_into_transitions_with_its_flag(tmp_path, close_after):
+    from robotrl.actor.compose import build_loop
     from robotrl.actor.inference import InProcessInference
-    from robotrl.actor.main import build_loop
     from robotrl.actor.slots import PolicySlots
 
     leader, leader_chain = fake_leader(tmp_path)

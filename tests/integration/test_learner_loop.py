@@ -13,8 +13,9 @@ from learner_doubles import MLPChunkPolicy, episode_batch
 from robotrl.config.learner import AlgorithmKind, LearnerConfig, RapiConfig
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core.protocols import BatchReceiver
+from robotrl.core.run_folder import LEARNER_METRICS
 from robotrl.core.types import EnvSpec
-from robotrl.learner.main import METRICS_FILE, build_learner, replay_spec
+from robotrl.learner.main import build_learner, replay_spec
 from robotrl.learner.replay import VERSION_KEY
 from robotrl.transport.inproc import QueueLink, TransitionQueue
 
@@ -84,7 +85,7 @@ def test_loop_ingests_updates_publishes_rising_versions_and_resumes_from_its_che
     assert all(u.digest_matches() and u.subset == "trainable" for u in updates)
     assert counters.groups == 4 and counters.policy_version == 4 and counters.transitions > 0
     assert learner.feeder.successes_kept >= 1  # odd episodes succeed: the anchor gets them
-    lines = [json.loads(x) for x in (tmp_path / "run" / METRICS_FILE).read_text().splitlines()]
+    lines = [json.loads(x) for x in (tmp_path / "run" / LEARNER_METRICS).read_text().splitlines()]
     assert [x["group"] for x in lines] == [1, 2, 3, 4] and "q_loss" in lines[-1] and "lag_mean" in lines[-1]
     saved = learner.algorithm.state_dict()["counters"]
     learner.online.close()
@@ -215,7 +216,7 @@ def test_the_policys_learning_rate_anneals_over_the_runs_group_budget(tmp_path, 
         inbox.send(b)
     learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
     learner.run(max_groups=4)
-    lines = [json.loads(x) for x in (tmp_path / "run" / METRICS_FILE).read_text().splitlines()]
+    lines = [json.loads(x) for x in (tmp_path / "run" / LEARNER_METRICS).read_text().splitlines()]
     # before group g of 4: 1e-3 x (0.1 + 0.9 x half cosine of g / 4)
     expected = [1e-3 * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * g / 4))) for g in range(4)]
     np.testing.assert_allclose([x["policy_lr"] for x in lines], expected, rtol=1e-6)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from doubles import ConstantLatency, LineEnv, ListLatency, LognormalLatency, TickPolicy
 
+from robotrl.actor.compose import build_loop
 from robotrl.actor.inference import InProcessInference
-from robotrl.actor.main import build_loop
 from robotrl.actor.slots import PolicySlots
 from robotrl.config.actor import ActorConfig, Strategy
 from robotrl.core.types import Transition, WeightUpdate
@@ -263,12 +263,12 @@ def test_each_episode_is_reported_with_its_seed_and_how_it_ended():
     timed_out = loop.run_episode(1, seed=8)
     results = [reached, timed_out]
     rows = episode_rows(results)
-    assert [(r["episode"], r["seed"], r["success"], r["outcome"]) for r in rows] == [
+    assert [(r.episode, r.seed, r.success, r.outcome) for r in rows] == [
         (0, 0, True, "success"),
         (1, 8, False, "timeout"),
     ]
-    assert rows[0]["success_tick"] == 21 and rows[1]["success_tick"] is None and rows[1]["ticks"] == 40
-    assert rows[0]["policy_versions"] == [0] and rows[0]["failure"] is None
+    assert rows[0].success_tick == 21 and rows[1].success_tick is None and rows[1].ticks == 40
+    assert rows[0].policy_versions == [0] and rows[0].failure is None
     outcomes = summarize(results, control_hz=30.0, wall_clock=False)["outcomes"]
     assert outcomes == {"success": 1, "timeout": 1}
     assert outcome_text({"timeout": 1, "success": 3}) == "3 success, 1 timeout"

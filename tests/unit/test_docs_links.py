@@ -33,8 +33,6 @@ SKIPPED_FOLDERS = {".git", ".venv", "build", "dist", "runs", "outputs", "multiru
 _FOLDERS = "|".join(re.escape(f) for f in SOURCE_FOLDERS)
 PENDING = frozenset(
     {
-        "robotrl/actor/compose.py",  # runfolder area
-        "robotrl/core/run_folder.py",  # runfolder area
         "robotrl/core/columns.py",  # schema area
         "robotrl/data/lerobot_dataset.py",  # schema area
         "robotrl/learner/rows.py",  # schema area

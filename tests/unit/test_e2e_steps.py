@@ -16,11 +16,11 @@ from robotrl.config.experiment import demo_seed_problems
 from robotrl.config.latency import parse_latency
 from robotrl.config.learner import AlgorithmKind
 from robotrl.config.load import ConfigError, load_config
+from robotrl.core.run_folder import STEP_STAMP
 from robotrl.experiment.demo import Demo
 from robotrl.experiment.main import main as experiment_main
 from robotrl.experiment.parallel import Job, JobDone
 from robotrl.experiment.steps import (
-    STAMP,
     Steps,
     config_overrides,
     hydra_value,
@@ -296,7 +296,7 @@ def test_pretraining_resumes_only_a_run_of_the_same_demonstrations_and_settings(
     demo.cfg.pretrain.lr *= 2  # another setting
     assert not pretrain_leaves_a_checkpoint()
     interrupted = commands[-1]
-    (tmp_path / "pretrain" / STAMP).unlink()  # a run stopped before its stamp resumes
+    (tmp_path / "pretrain" / STEP_STAMP).unlink()  # a run stopped before its stamp resumes
     assert pretrain_leaves_a_checkpoint() and commands[-1] == interrupted
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from robotrl.core.run_folder import STEP_STAMP
 from robotrl.experiment.parallel import Job, JobDone, run_parallel
-from robotrl.experiment.steps import STAMP, StepFailedError
+from robotrl.experiment.steps import StepFailedError
 
 
 def python_job(tmp_path: Path, name: str, code: str, inputs: tuple[tuple[str, str | None], ...] = ()) -> Job:
@@ -23,7 +24,7 @@ def test_every_job_runs_once_logs_its_output_and_is_cached_after(tmp_path: Path)
     assert sorted(d.job.title for d in done) == ["cell0", "cell1", "cell2"]
     assert not any(d.cached for d in done)
     assert all(j.log.read_text() == f"{j.title.replace('cell', 'cell ')} ran\n" for j in jobs)
-    assert all((j.out_dir / STAMP).is_file() for j in jobs)
+    assert all((j.out_dir / STEP_STAMP).is_file() for j in jobs)
 
     again: list[JobDone] = []
     run_parallel(jobs, 2, again.append)
@@ -46,8 +47,8 @@ def test_a_failing_job_stops_the_running_ones_and_the_queue_and_names_its_log(tm
         run_parallel([slow, failing, queued], 2, lambda done: None)
     assert "failing failed with exit code 3" in str(failure.value)
     assert "bad latency model" in str(failure.value) and str(failing.log) in str(failure.value)
-    assert not (slow.out_dir / STAMP).exists()  # terminated, not finished
-    assert not (failing.out_dir / STAMP).exists()
+    assert not (slow.out_dir / STEP_STAMP).exists()  # terminated, not finished
+    assert not (failing.out_dir / STEP_STAMP).exists()
     assert not marker.exists()
 
 
@@ -66,4 +67,4 @@ def test_a_job_that_exits_0_with_its_work_unfinished_is_a_failure_and_not_cached
     )
     with pytest.raises(StepFailedError, match="stopped before its work was done"):
         run_parallel([job], 1, lambda done: None)
-    assert not (job.out_dir / STAMP).exists()
+    assert not (job.out_dir / STEP_STAMP).exists()

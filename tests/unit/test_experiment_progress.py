@@ -12,21 +12,21 @@ from rich.console import Console
 from waiting import wait_until
 
 from robotrl.config.load import ConfigError, load_config
+from robotrl.core.run_folder import LAUNCH_STATUS, RoleStatus, write_launch_status
 from robotrl.experiment.demo import Demo
 from robotrl.experiment.progress import LaunchProgress, launch_finished, progress_line
-from robotrl.launch.main import STATUS_FILE
-from robotrl.launch.status import write_status
 
 
-def _row(role: str, state: str, progress: dict[str, Any]) -> dict[str, Any]:
-    return {"role": role, "pid": 1, "state": state, "restarts": 0, "uptime_s": 1.0, "last_exit": None,
-            "log": "x.log", "progress": progress}  # fmt: skip
+def _row(role: str, state: str, progress: dict[str, Any]) -> RoleStatus:
+    return RoleStatus(
+        role, pid=1, state=state, restarts=0, uptime_s=1.0, last_exit=None, log="x.log", progress=progress
+    )
 
 
 def _status(run_dir: Path, learner_state: str, actor_state: str) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_status(
-        run_dir / STATUS_FILE,
+    write_launch_status(
+        run_dir,
         [
             _row("learner", learner_state, {"group": 120, "version": 110, "transitions": 900}),
             _row("actor-0", actor_state, {"episodes": 133, "successes": 117, "taken_over": 64}),
@@ -45,7 +45,7 @@ def test_a_progress_line_says_where_each_role_of_a_run_is(tmp_path: Path):
 def test_only_a_run_whose_every_role_exited_on_its_own_is_finished(tmp_path: Path):
     assert not launch_finished(tmp_path / "missing")
     (tmp_path / "torn").mkdir()
-    (tmp_path / "torn" / STATUS_FILE).write_text("{not json")
+    (tmp_path / "torn" / LAUNCH_STATUS).write_text("{not json")
     assert not launch_finished(tmp_path / "torn")
     _status(tmp_path / "stopped", "done", "stopped")  # Ctrl-C or the demo stopping the others
     assert not launch_finished(tmp_path / "stopped")

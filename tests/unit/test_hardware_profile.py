@@ -9,9 +9,9 @@ from doubles import LineEnv, TickPolicy
 from robotrl.hardware.profile_latency import measure
 from robotrl.sim.latency import EmpiricalLatency, build_latency_model, load_profile
 
+from robotrl.actor.compose import build_loop
 from robotrl.actor.inference import InProcessInference
 from robotrl.actor.latency import seconds_to_ticks
-from robotrl.actor.main import build_loop
 from robotrl.actor.slots import PolicySlots
 from robotrl.cli import main as cli
 from robotrl.config.actor import ActorConfig, Strategy

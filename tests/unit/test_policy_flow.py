@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from robotrl.actor.run import make_policy as actor_policy
+from robotrl.actor.compose import make_policy as actor_policy
 from robotrl.config.policy import PolicyConfig, PolicySize
 from robotrl.core.protocols import ChunkPolicy
 from robotrl.core.types import (
@@ -223,13 +223,13 @@ def test_noise_scale_scales_the_drawn_start_and_a_checkpoint_takes_it_from_the_c
 def test_the_actor_runs_a_checkpoint_of_another_size_as_saved_and_says_so(tmp_path, caplog):
     save_policy(make_policy(), tmp_path / "ckpt")
     cfg = PolicyConfig(size=PolicySize.small, horizon=H, path=str(tmp_path / "ckpt"), device="cpu")
-    with caplog.at_level(logging.WARNING, logger="robotrl.actor.run"):
+    with caplog.at_level(logging.WARNING, logger="robotrl.actor.compose"):
         acting = actor_policy(cfg, make_spec())
     assert isinstance(acting, FlowChunkPolicy) and acting.cfg.size is PolicySize.tiny
     assert "holds a tiny flow policy" in caplog.text
     caplog.clear()
     cfg.size = PolicySize.tiny
-    with caplog.at_level(logging.WARNING, logger="robotrl.actor.run"):
+    with caplog.at_level(logging.WARNING, logger="robotrl.actor.compose"):
         actor_policy(cfg, make_spec())
     assert caplog.text == ""
 
