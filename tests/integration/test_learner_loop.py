@@ -14,7 +14,7 @@ from robotrl.config.schema import AlgorithmKind, LearnerConfig, RobotRLConfig
 from robotrl.core.types import EnvSpec
 from robotrl.learner.inproc import QueueLink
 from robotrl.learner.main import METRICS_FILE, build_learner, replay_spec
-from robotrl.learner.replay import VERSION_KEY
+from robotrl.learner.samples import VERSION_KEY
 
 CAMS = {"front": (16, 16, 3)}
 SPEC = EnvSpec(

@@ -9,7 +9,8 @@ from learner_doubles import episode_batch
 from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, IMAGE_KEY_PREFIX, STATE_KEY, TASK_KEY
 from robotrl.learner.anchor import AnchorBuffer, AnchorFeeder
 from robotrl.learner.demos import load_demonstrations
-from robotrl.learner.replay import DONE_KEY, NEXT_PREFIX, REWARD_KEY, VERSION_KEY, ChunkReplay, ReplaySpec
+from robotrl.learner.replay import ChunkReplay, ReplaySpec
+from robotrl.learner.samples import DONE_KEY, NEXT_PREFIX, REWARD_KEY, VERSION_KEY
 
 H = 4
 CAMS = {"front": (8, 8, 3)}

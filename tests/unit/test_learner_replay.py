@@ -12,7 +12,8 @@ from learner_doubles import episode_batch, image_code
 
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, IMAGE_KEY_PREFIX, PREFIX_LEN_KEY, STATE_KEY
-from robotrl.learner.replay import (
+from robotrl.learner.replay import ChunkReplay, ReplayError, ReplaySpec
+from robotrl.learner.samples import (
     ACTOR_SAMPLE_KEY,
     DISCOUNT_KEY,
     DONE_KEY,
@@ -21,9 +22,6 @@ from robotrl.learner.replay import (
     RETURN_TO_GO_KEY,
     REWARD_KEY,
     VERSION_KEY,
-    ChunkReplay,
-    ReplayError,
-    ReplaySpec,
 )
 
 H = 4
@@ -234,14 +232,14 @@ def test_concurrent_ingest_and_sampling_never_return_a_torn_sample():
 def test_a_buffer_s_own_folder_goes_with_it_closed_or_dropped(tmp_path):
     """Image files live in a temporary folder; neither close() nor garbage collection may leave it behind."""
     closed = make(cameras=CAMS)
-    closed_dir = closed._dir
+    closed_dir = closed._rows.folder
     closed.add(episode_batch("a", 0, range(3), end="terminated", cameras=CAMS))
     assert any(closed_dir.iterdir())
     closed.close()
     assert not closed_dir.exists()
 
     dropped = make(cameras=CAMS)
-    dropped_dir = dropped._dir
+    dropped_dir = dropped._rows.folder
     del dropped
     gc.collect()
     assert not dropped_dir.exists()
