@@ -180,7 +180,7 @@ class TransitionBatch:
         index = [instructions.setdefault(t.observation.instruction, len(instructions)) for t in transitions]
         ends = [i for i, t in enumerate(transitions) if t.next_observation is not None]
         nexts = [t.next_observation for t in transitions if t.next_observation is not None]
-        arrays = {c.name: _stack([attrgetter(c.source)(t) for t in transitions], c) for c in ARRAY_COLUMNS}
+        arrays = {c.name: _stack([c.of(t) for t in transitions], c) for c in ARRAY_COLUMNS}
         next_arrays = {
             c.next_name: _stack([attrgetter(_in_observation(c))(o) for o in nexts], c, arrays[c.name])
             for c in ARRAY_COLUMNS

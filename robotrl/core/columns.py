@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final, Protocol
+from operator import attrgetter
+from typing import Any, Final, Protocol
 
 import numpy as np
 
-from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY, TASK_KEY
+from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY, TASK_KEY, Transition
 
 
 class Shape(Enum):
@@ -76,15 +77,14 @@ class Column:
             return ()
         raise ValueError(f"column {self.name!r}: a {self.shape.value} column has no single row shape")
 
+    def of(self, transition: Transition) -> Any:
+        """This column's value in ``transition``."""
+        return attrgetter(self.source)(transition)
+
     @property
     def is_array(self) -> bool:
         """Stored as one array of N rows (not a per-camera mapping or a string table)."""
         return self.shape in (Shape.SCALAR, Shape.STATE, Shape.ACTION)
-
-    @property
-    def observed(self) -> bool:
-        """Part of the observation: a next observation carries it too."""
-        return self.source.startswith("observation.")
 
 
 def _col(

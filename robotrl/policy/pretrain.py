@@ -36,9 +36,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from robotrl.config.schema import PolicyKind, PretrainConfig, RobotRLConfig
+from robotrl.data.lerobot_dataset import DatasetError
 from robotrl.policy.average import WeightAverage
 from robotrl.policy.checkpoint import CheckpointError
-from robotrl.policy.data import ChunkSampler, DatasetError, Demos, load_demos, split_episodes
+from robotrl.policy.data import ChunkSampler, Demos, load_demos, split_episodes
 from robotrl.policy.factory import resolve_device
 from robotrl.policy.flow import FlowChunkPolicy
 
