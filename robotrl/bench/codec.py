@@ -38,14 +38,26 @@ CAMERAS = ("front", "wrist")
 IMAGE_SIZE = 96
 
 
-def random_batch(n: int, cameras: tuple[str, ...], rng: np.random.Generator) -> TransitionBatch:
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """The sizes of a :func:`random_batch` (a :class:`~robotrl.core.columns.Dims`)."""
+
+    state_dim: int = STATE_DIM
+    action_dim: int = ACTION_DIM
+    image_size: int = IMAGE_SIZE
+
+
+def random_batch(
+    n: int, cameras: tuple[str, ...], rng: np.random.Generator, sizes: Sizes | None = None
+) -> TransitionBatch:
     """``n`` consecutive ticks of one actor's episode, the last ending it with a next observation;
     every other column of the schema (:data:`~robotrl.core.columns.COLUMNS`) holds random values."""
-    dims = _Dims(STATE_DIM, ACTION_DIM)
+    dims = sizes or Sizes()
+    size = dims.image_size
     columns = {c.name: _random((n, *c.row_shape(dims)), c.dtype, rng) for c in ARRAY_COLUMNS}
     last = np.arange(n) == n - 1
     columns.update(tick=np.arange(n), episode_id=np.full(n, 7), terminated=last, truncated=np.zeros(n, bool))
-    images = {c: rng.integers(0, 256, (n, IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8) for c in cameras}
+    images = {c: rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8) for c in cameras}
     rows = TransitionBatch.of(
         "actor-0", columns, images, ("pick the cube", "place it"), np.arange(n, dtype=np.int32) % 2
     )
@@ -57,12 +69,6 @@ def random_batch(n: int, cameras: tuple[str, ...], rng: np.random.Generator) -> 
 def make_transitions(n: int, cameras: tuple[str, ...], rng: np.random.Generator) -> list[Transition]:
     """:func:`random_batch` as one :class:`Transition` per tick."""
     return random_batch(n, cameras, rng).to_transitions()
-
-
-@dataclasses.dataclass(frozen=True)
-class _Dims:
-    state_dim: int
-    action_dim: int
 
 
 def _random(shape: tuple[int, ...], dtype: np.dtype[Any], rng: np.random.Generator) -> npt.NDArray[Any]:

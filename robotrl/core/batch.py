@@ -152,9 +152,13 @@ class TransitionBatch:
         self, next_columns: Mapping[str, Any], next_images: Mapping[str, npt.NDArray[np.uint8]]
     ) -> TransitionBatch:
         """This batch with a next observation after its last row: ``next_columns`` holds one row of
-        each observed column (``state``, ``tick``, ...), by column name."""
+        the observed columns (``state``, ``tick``, ...) by column name; one it lacks holds its default."""
         fields_: dict[str, Any] = {
-            c.next_name: np.asarray(next_columns[c.name], c.dtype) for c in ARRAY_COLUMNS if c.next_name
+            c.next_name: np.asarray(next_columns[c.name], c.dtype)
+            if c.name in next_columns
+            else np.full((1, *getattr(self, c.name).shape[1:]), c.default, c.dtype)
+            for c in ARRAY_COLUMNS
+            if c.next_name
         }
         return replace(
             self, next_rows=np.array([len(self) - 1], np.int64), next_images=dict(next_images), **fields_
