@@ -62,19 +62,21 @@ class TransitionBatch:
     next_timestamp: npt.NDArray[np.float64]
 
     def __post_init__(self) -> None:
-        """Check that every column agrees on N (and M for next observations)."""
-        n = len(self.state)
-        if self.state.ndim != 2:
-            raise ValueError(f"state must be (N, state_dim), got {self.state.shape}")
-        if self.action.ndim != 2 or self.proposed_action.shape != self.action.shape:
-            raise ValueError(
-                f"action {self.action.shape} and proposed_action {self.proposed_action.shape} "
-                "must both be (N, action_dim)"
-            )
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, np.ndarray) and not f.name.startswith("next_") and len(value) != n:
-                raise ValueError(f"column {f.name!r} has {len(value)} rows, state has {n}")
+        """Check that every column agrees on N (and M for next observations) and on its row shape."""
+        n, m = len(self.state), len(self.next_rows)
+        if self.state.ndim != 2 or self.action.ndim != 2:
+            raise ValueError(f"state {self.state.shape} and action {self.action.shape} must be (N, dim)")
+        rows = {Shape.SCALAR: (), Shape.STATE: self.state.shape[1:], Shape.ACTION: self.action.shape[1:]}
+        for c in ARRAY_COLUMNS:
+            want = (n, *rows[c.shape])
+            if getattr(self, c.name).shape != want:
+                raise ValueError(f"column {c.name!r} must be {want}, got {getattr(self, c.name).shape}")
+            if c.next_name and getattr(self, c.next_name).shape != (m, *want[1:]):
+                raise ValueError(
+                    f"{c.next_name!r} must be {(m, *want[1:])}, got {getattr(self, c.next_name).shape}"
+                )
+        if len(self.instruction_index) != n:
+            raise ValueError(f"instruction_index has {len(self.instruction_index)} rows, state has {n}")
         for cam, img in self.images.items():
             if img.ndim != 4 or len(img) != n or img.shape[3] != 3:
                 raise ValueError(f"images[{cam!r}] must be (N, H, W, 3), got {img.shape}")
@@ -82,16 +84,11 @@ class TransitionBatch:
             self.instruction_index.min() < 0 or self.instruction_index.max() >= len(self.instructions)
         ):
             raise ValueError("instruction_index points outside instructions")
-        m = len(self.next_rows)
         if m:
             if self.next_rows.min() < 0 or self.next_rows.max() >= n:
                 raise ValueError("next_rows points outside the batch")
             if (np.diff(self.next_rows) <= 0).any():
                 raise ValueError("next_rows must be strictly ascending")
-        if self.next_state.shape != (m, self.state.shape[1]):
-            raise ValueError(f"next_state must be ({m}, {self.state.shape[1]}), got {self.next_state.shape}")
-        if len(self.next_tick) != m or len(self.next_timestamp) != m:
-            raise ValueError("next_tick and next_timestamp need one entry per next_rows entry")
         if set(self.next_images) != set(self.images):
             raise ValueError("next_images must have the same cameras as images")
         for cam, img in self.next_images.items():
