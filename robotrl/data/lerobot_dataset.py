@@ -39,12 +39,12 @@ class DatasetError(ValueError):
     the message names what is wrong."""
 
 
-def feature_of(column: Column) -> str | None:
+def _feature_of(column: Column) -> str | None:
     """The lerobot feature a column is recorded as (truncation lives in ``next.done``)."""
     return DONE_FEATURE if column.name == "truncated" else column.feature
 
 
-def features(
+def _features(
     columns: Iterable[str],
     state_names: Sequence[str],
     action_names: Sequence[str],
@@ -56,7 +56,7 @@ def features(
     (name -> dtype) that are not transition columns."""
     out: dict[str, dict[str, Any]] = {}
     for c in (BY_NAME[name] for name in columns):
-        feature = feature_of(c)
+        feature = _feature_of(c)
         if c.shape is Shape.IMAGE:
             for cam, shape in camera_shapes.items():
                 out[IMAGE_KEY_PREFIX + cam] = {
@@ -96,7 +96,7 @@ class DatasetWriter:
         """``names``: the state's and the action's entry names."""
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-        self.spec = features(columns, *names, camera_shapes, video, extra)
+        self.spec = _features(columns, *names, camera_shapes, video, extra)
         self._columns = [BY_NAME[name] for name in columns]
         self._cameras = list(camera_shapes)
         self.dataset = LeRobotDataset.create(
@@ -116,15 +116,15 @@ class DatasetWriter:
         is known apart from termination; ``extra`` the non-column features."""
         frame: dict[str, Any] = {}
         for c in self._columns:
-            value = values[c.name]
+            value, feature = values[c.name], _feature_of(c)
             if c.shape is Shape.IMAGE:
                 frame.update({IMAGE_KEY_PREFIX + cam: value[cam] for cam in self._cameras})
             elif c.shape is Shape.TEXT:
                 frame[TASK_KEY] = value
-            elif c.name == "truncated":
+            elif feature == DONE_FEATURE:
                 frame[DONE_FEATURE] = np.array([bool(values["terminated"]) or bool(value)])
-            else:
-                frame[str(c.feature)] = np.asarray(value, c.dtype).reshape(-1)
+            elif feature:
+                frame[feature] = np.asarray(value, c.dtype).reshape(-1)
         if success is not None:
             frame[SUCCESS_FEATURE] = np.array([success])
         for name, value in (extra or {}).items():
@@ -180,7 +180,15 @@ class RecordedDataset:
             return bool(self.cameras)
         if c.shape is Shape.TEXT:
             return True
-        return feature_of(c) in self.features
+        return _feature_of(c) in self.features
+
+    @property
+    def state_dim(self) -> int:
+        return self.shape("state")[0]
+
+    @property
+    def action_dim(self) -> int:
+        return self.shape("action")[0]
 
     def shape(self, column: str) -> tuple[int, ...]:
         """The recorded shape of one frame of an array column."""
@@ -214,9 +222,7 @@ class RecordedDataset:
             return values.reshape(rows).astype(c.dtype)
         if name in _LEROBOT_INDEX:
             return self.lerobot_index(name)
-        if c.shape is not Shape.SCALAR:
-            raise DatasetError(f"{self.where}: has no {c.feature!r} feature")
-        return np.full(len(self), c.default, c.dtype)
+        return np.full((len(self), *c.row_shape(self)), c.default, c.dtype)
 
     def lerobot_index(self, column: str) -> npt.NDArray[np.int64]:
         """lerobot's own episode or frame index, for ``episode_id`` or ``tick``."""
@@ -256,7 +262,7 @@ class RecordedDataset:
         if not cameras:
             return {}
         item = self.lerobot[row]
-        return {c: hwc_uint8(item[IMAGE_KEY_PREFIX + c]) for c in self._known(cameras)}
+        return {c: _hwc_uint8(item[IMAGE_KEY_PREFIX + c]) for c in self._known(cameras)}
 
     def _known(self, cameras: Sequence[str]) -> Sequence[str]:
         missing = [c for c in cameras if c not in self.cameras]
@@ -293,7 +299,7 @@ class RecordedDataset:
         return out
 
 
-def hwc_uint8(image: Any) -> npt.NDArray[np.uint8]:
+def _hwc_uint8(image: Any) -> npt.NDArray[np.uint8]:
     """A dataset frame (C, H, W float in [0, 1] or uint8; or H, W, C) as H x W x 3 uint8."""
     arr = np.asarray(image)
     if arr.ndim == 3 and arr.shape[0] == 3 and arr.shape[2] != 3:
