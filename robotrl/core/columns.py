@@ -133,7 +133,6 @@ BY_NAME: Final = {c.name: c for c in COLUMNS}
 ARRAY_COLUMNS: Final = tuple(c for c in COLUMNS if c.is_array)
 """The columns a batch holds as one array of N rows each."""
 IMAGES: Final = BY_NAME["images"]
-INSTRUCTION: Final = BY_NAME["instruction"]
 FINITE: Final = tuple(c.name for c in ARRAY_COLUMNS if c.finite) + tuple(
     c.next_name for c in ARRAY_COLUMNS if c.finite and c.next_name
 )
