@@ -2,8 +2,9 @@
 
 One array per column of :data:`robotrl.core.columns.COLUMNS` (a new column is stored,
 saved and gathered back without an edit here), one memory-mapped file per camera so a
-large buffer does not sit in RAM, and each distinct instruction once. Rows that hold a
-next observation keep its observed columns; the other columns hold their defaults.
+large buffer does not sit in RAM, and each distinct instruction once. A row that holds a
+next observation keeps its observed columns and its episode; the other columns hold their
+defaults.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class TickRows:
         for c in ARRAY_COLUMNS:
             self.columns[c.name][rows] = getattr(b, c.name)
             self.columns[c.name][nexts] = getattr(b, c.next_name) if c.next_name else c.default
+        self.columns["episode_id"][nexts] = b.episode_id[b.next_rows]
         self.instruction[rows] = instr[b.instruction_index]
         self.instruction[nexts] = instr[b.instruction_index[b.next_rows]]
         for cam, mem in self.images.items():
