@@ -248,6 +248,6 @@ class LinearChunkPolicy:
     def load_weights(
         self, tensors: Mapping[str, npt.NDArray[np.generic]], *, zero_copy: bool = False
     ) -> None:
-        from robotrl.transport.hotswap import load_parameters
+        from robotrl.policy.weights import load_parameters
 
         load_parameters(self.net, tensors, zero_copy=zero_copy)

@@ -20,7 +20,7 @@ import numpy as np
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.types import Observation, Transition
 from robotrl.transport import protocol as p
-from robotrl.transport.weights import REFUSALS, WeightRefused, check_complete, check_tensor
+from robotrl.transport.weight_checks import REFUSALS, WeightRefused, check_complete, check_tensor
 from robotrl.wire.codec import REASONS, Message, WireError, decode, encode
 from robotrl.wire.messages import TRANSITIONS, message_to_transition_batch, transition_batch_to_message
 

@@ -32,7 +32,7 @@ def run_inference(slots: PolicySlots, request: InferenceRequest) -> InferenceRep
     """One inference with the active slot; an exception becomes an error reply, not a crash."""
     seed_everything(request.seed)
     start = time.perf_counter()
-    version = slots.version
+    version = slots.policy_version
     try:
         actions = slots.active.infer(request.observation, request.prefix, request.delay)
         actions = np.asarray(actions, dtype=np.float32)

@@ -32,7 +32,9 @@ from robotrl.actor.recorder import TransitionSink
 from robotrl.actor.report import chunk_too_short, episode_rows, outcome_text, summarize
 from robotrl.actor.slots import PolicySlots
 from robotrl.actor.worker import ProcessInference, WorkerSpec
-from robotrl.config.schema import PolicyConfig, PolicyKind, RobotRLConfig, TransportConfig
+from robotrl.config.policy import PolicyConfig, PolicyKind
+from robotrl.config.schema import RobotRLConfig
+from robotrl.config.transport import TransportConfig
 from robotrl.core.protocols import ChunkPolicy, InferenceBackend, LoopObserver, RobotEnv, WeightSource
 from robotrl.core.types import EnvSpec, Transition
 
@@ -91,7 +93,7 @@ def subscriber_for_worker(transport: dict[str, Any]) -> WeightSource:
     """Worker-side factory of the weight subscriber (the worker owns the policy's weights)."""
     from omegaconf import OmegaConf
 
-    from robotrl.transport.weights import WeightSubscriber
+    from robotrl.transport.weight_subscriber import WeightSubscriber
 
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TransportConfig), transport))
     assert isinstance(cfg, TransportConfig)
@@ -118,7 +120,7 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
         slots = PolicySlots(policies[0], policies[1], zero_copy=True)  # updates are the subscriber's own
         weights = None
         if online:
-            from robotrl.transport.weights import WeightSubscriber
+            from robotrl.transport.weight_subscriber import WeightSubscriber
 
             weights = WeightSubscriber.from_config(cfg.transport)
         trained = trained_max_delay(slots.active)
@@ -136,9 +138,9 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
         torch_threads=inference_threads(),
     )
     backend = ProcessInference(worker_spec)
-    trained = int(backend.info["max_delay"])
+    trained = backend.info.max_delay
     cap = max_prefix(cfg.policy, None if trained < 0 else trained)
-    return backend, int(backend.info["horizon"]), cap
+    return backend, backend.info.horizon, cap
 
 
 def max_prefix(policy_cfg: PolicyConfig, trained: int | None) -> int:

@@ -32,10 +32,10 @@ class PolicySlots:
     """
 
     def __init__(
-        self, active: ChunkPolicy, spare: ChunkPolicy, version: int = 0, *, zero_copy: bool = False
+        self, active: ChunkPolicy, spare: ChunkPolicy, policy_version: int = 0, *, zero_copy: bool = False
     ) -> None:
         self._active, self._spare = active, spare
-        self._active_version = version
+        self._active_version = policy_version
         self._staged_version: int | None = None  # the spare holds it, complete
         self._zero_copy = zero_copy
         # The layout every update must fit, taken once: trainable_tensors() copies every weight
@@ -51,7 +51,7 @@ class PolicySlots:
         return self._active
 
     @property
-    def version(self) -> int:
+    def policy_version(self) -> int:
         return self._active_version
 
     @property
@@ -86,12 +86,12 @@ class PolicySlots:
             problem = self._layout_problem(update)
             with self._lock:
                 newest = max(self._active_version, self._staged_version or -1)
-                if update.version <= newest:
+                if update.policy_version <= newest:
                     self.refused["stale_version"] += 1
                     return False
                 if problem is not None:
                     self.refused["layout"] += 1
-                    log.warning("weights v%d refused: %s", update.version, problem)
+                    log.warning("weights v%d refused: %s", update.policy_version, problem)
                     return False
                 self._staged_version = None  # the spare is about to be overwritten
             try:
@@ -99,10 +99,10 @@ class PolicySlots:
             except Exception as exc:  # whatever the policy refuses with: old weights kept, loader lives on
                 with self._lock:
                     self.refused["load_error"] += 1
-                log.warning("weights v%d refused by the policy: %s", update.version, exc)
+                log.warning("weights v%d refused by the policy: %s", update.policy_version, exc)
                 return False
             with self._lock:
-                self._staged_version = update.version
+                self._staged_version = update.policy_version
             return True
 
     def swap_if_staged(self) -> bool:

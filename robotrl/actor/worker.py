@@ -35,21 +35,32 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy.typing as npt
 import zmq
 
 from robotrl.actor.inference import run_inference, seed_everything
 from robotrl.actor.slots import PolicySlots
 from robotrl.actor.timing import InferenceFailedError
 from robotrl.core.protocols import ChunkPolicy, WeightSource
-from robotrl.core.types import InferenceReply, InferenceRequest, Observation
-from robotrl.wire.codec import Message, WireError, decode, encode
+from robotrl.core.types import InferenceReply, InferenceRequest
+from robotrl.wire.codec import WireError, decode, encode
+from robotrl.wire.inference import (
+    INFER,
+    STAGED,
+    STOP,
+    WorkerReady,
+    message_to_ready,
+    message_to_reply,
+    message_to_request,
+    ready_to_message,
+    reply_to_message,
+    request_to_message,
+    staged_message,
+    stop_message,
+)
 
 log = logging.getLogger(__name__)
 
-INFER, CHUNK, READY, STAGED, STOP = "infer", "chunk", "ready", "staged", "stop"
 _STAGED_INPROC = "inproc://staged"
-_IMG = "img/"
 
 
 @dataclass(frozen=True)
@@ -62,7 +73,7 @@ class WorkerSpec:
     weights_factory: str | None = None
     """'module:function' returning a WeightSource polled by the loader thread; None: fixed weights."""
     weights_kwargs: dict[str, Any] = field(default_factory=dict)
-    initial_version: int = 0
+    initial_policy_version: int = 0
     torch_threads: int | None = None
     """torch intra-op threads in the worker; None leaves torch's default."""
     pythonpath: list[str] = field(default_factory=list)
@@ -89,63 +100,6 @@ def _import(entry: str) -> Callable[..., Any]:
     return fn
 
 
-# -- messages ----------------------------------------------------------------------------
-
-
-def request_to_message(request: InferenceRequest) -> Message:
-    obs = request.observation
-    arrays: dict[str, npt.NDArray[Any]] = {"state": obs.state}
-    arrays.update({_IMG + c: img for c, img in obs.images.items()})
-    if request.prefix is not None:
-        arrays["prefix"] = request.prefix
-    meta = {
-        "epoch": request.epoch,
-        "tick": obs.tick,
-        "delay": request.delay,
-        "seed": request.seed,
-        "instruction": obs.instruction,
-        "timestamp": obs.timestamp,
-    }
-    return Message(INFER, "actor", request.request_id, arrays, meta)
-
-
-def message_to_request(msg: Message) -> InferenceRequest:
-    m = msg.meta
-    images = {n[len(_IMG) :]: a for n, a in msg.arrays.items() if n.startswith(_IMG)}
-    obs = Observation(
-        int(m["tick"]), msg.arrays["state"], images, str(m["instruction"]), float(m["timestamp"])
-    )
-    return InferenceRequest(
-        msg.seq, int(m["epoch"]), obs, msg.arrays.get("prefix"), int(m["delay"]), int(m["seed"])
-    )
-
-
-def reply_to_message(reply: InferenceReply) -> Message:
-    arrays = {} if reply.actions is None else {"actions": reply.actions}
-    meta = {
-        "epoch": reply.epoch,
-        "obs_tick": reply.obs_tick,
-        "policy_version": reply.policy_version,
-        "infer_s": reply.infer_s,
-        "error": reply.error,
-    }
-    return Message(CHUNK, "worker", reply.request_id, arrays, meta)
-
-
-def message_to_reply(msg: Message) -> InferenceReply:
-    m = msg.meta
-    error = m.get("error")
-    return InferenceReply(
-        request_id=msg.seq,
-        epoch=int(m["epoch"]),
-        obs_tick=int(m["obs_tick"]),
-        actions=msg.arrays.get("actions"),
-        policy_version=int(m["policy_version"]),
-        infer_s=float(m["infer_s"]),
-        error=None if error is None else str(error),
-    )
-
-
 # -- the worker process ------------------------------------------------------------------
 
 
@@ -170,8 +124,8 @@ def _load_weights_forever(
         while not stop.wait(0.002):
             update = source.latest()
             if update is not None and slots.stage(update):
-                log.info("weights v%d staged", update.version)
-                announce.send(str(update.version).encode())
+                log.info("weights v%d staged", update.policy_version)
+                announce.send(str(update.policy_version).encode())
     finally:
         announce.close()
 
@@ -188,7 +142,9 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
     active: ChunkPolicy = factory(**spec.policy_kwargs)
     seed_everything(0)
     spare: ChunkPolicy = factory(**spec.policy_kwargs)
-    slots = PolicySlots(active, spare, spec.initial_version, zero_copy=True)  # updates are the loader's own
+    slots = PolicySlots(
+        active, spare, spec.initial_policy_version, zero_copy=True
+    )  # updates are the loader's own
     stop = threading.Event()
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     sock = ctx.socket(zmq.PAIR)
@@ -206,28 +162,24 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
         loader = threading.Thread(target=_load_weights_forever, args=(slots, source, stop, ctx), daemon=True)
         loader.start()
     parent = os.getppid()
-    ready = {
-        "horizon": active.horizon,
-        "max_delay": _trained_max_delay(active),
-        "action_dim": active.action_dim,
-        "version": slots.version,
-        "pid": os.getpid(),
-    }
+    ready = WorkerReady(
+        active.horizon, _trained_max_delay(active), active.action_dim, slots.policy_version, os.getpid()
+    )
     gc.collect()
     gc.freeze()  # the policy's many objects are never scanned again: no long collection mid-inference
-    sock.send_multipart(encode(Message(READY, "worker", 0, meta=ready)))
+    sock.send_multipart(encode(ready_to_message(ready)))
     try:
         while os.getppid() == parent:
             events = dict(poller.poll(200))
             if staged in events:
                 version = int(staged.recv())
-                sock.send_multipart(encode(Message(STAGED, "worker", version)))
+                sock.send_multipart(encode(staged_message(version)))
             if sock not in events:
                 continue
             try:
                 msg = decode(sock.recv_multipart(copy=False))
                 request = message_to_request(msg) if msg.kind == INFER else None
-            except (WireError, KeyError, TypeError, ValueError) as exc:
+            except WireError as exc:
                 log.warning("worker refuses an unreadable message: %s", exc)
                 continue
             if msg.kind == STOP:
@@ -283,10 +235,10 @@ class ProcessInference:
         ]
         self.process = subprocess.Popen(cmd)  # inherits stdout/stderr: its logs sit beside ours
         self.bad_replies = 0
-        self._newest_version = spec.initial_version
+        self._newest_version = spec.initial_policy_version
         self.info = self._await_ready(startup_timeout_s)
 
-    def _await_ready(self, timeout_s: float) -> dict[str, Any]:
+    def _await_ready(self, timeout_s: float) -> WorkerReady:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -295,9 +247,8 @@ class ProcessInference:
                     f"inference worker exited with code {self.process.returncode} at start"
                 )
             if self._sock.poll(100):
-                msg = decode(self._sock.recv_multipart())
-                if msg.kind == READY:
-                    return dict(msg.meta)
+                with contextlib.suppress(WireError):  # anything else before it is ignored
+                    return message_to_ready(decode(self._sock.recv_multipart()))
         self.close()
         raise InferenceFailedError(f"inference worker not ready within {timeout_s:.0f} s")
 
@@ -316,7 +267,7 @@ class ProcessInference:
                     self._newest_version = max(self._newest_version, msg.seq)
                     continue
                 reply = message_to_reply(msg)
-            except (WireError, KeyError, TypeError, ValueError) as exc:
+            except WireError as exc:
                 self.bad_replies += 1
                 log.warning("unreadable reply from the inference worker: %s", exc)
                 return None
@@ -345,7 +296,7 @@ class ProcessInference:
     def close(self) -> None:
         if self.process.poll() is None:
             with contextlib.suppress(zmq.ZMQError):
-                self._sock.send_multipart(encode(Message(STOP, "actor", 0)), flags=zmq.NOBLOCK)
+                self._sock.send_multipart(encode(stop_message()), flags=zmq.NOBLOCK)
             try:
                 self.process.wait(timeout=3)
             except subprocess.TimeoutExpired:

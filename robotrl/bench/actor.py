@@ -158,7 +158,8 @@ def _learner_publishing(act_dir: str, endpoint: str, stop: Any) -> None:
 def run_ours(act_dir: Path, seconds: float, workdir: Path) -> dict[str, Any]:
     from robotrl.actor.main import build_loop
     from robotrl.actor.worker import ProcessInference, WorkerSpec
-    from robotrl.config.schema import ActorConfig, EnvConfig, Strategy
+    from robotrl.config.actor import ActorConfig, Strategy
+    from robotrl.config.env import EnvConfig
     from robotrl.sim import make_env
 
     ticks = int(seconds * HZ)
@@ -181,7 +182,7 @@ def run_ours(act_dir: Path, seconds: float, workdir: Path) -> dict[str, Any]:
     )
     backend = ProcessInference(spec)
     cfg = ActorConfig(strategy=Strategy.prefix, virtual_time=False)
-    loop = build_loop(env, backend, cfg, backend.info["horizon"], latency=None, max_prefix=HORIZON - 1)
+    loop = build_loop(env, backend, cfg, backend.info.horizon, latency=None, max_prefix=HORIZON - 1)
     try:
         result = loop.run_episode(0, seed=0)
     finally:
@@ -340,7 +341,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         else None,
         "lerobot_starved_ticks": theirs.get("starved_ticks"),
         "lateness_p99_ms": round(ours["lateness_p99_ms"], 3),
-        "weight_versions": ours["versions_run"],
+        "policy_versions": ours["versions_run"],
         "seconds": seconds,
     }
     if ours["failure"] or "error" in theirs:

@@ -44,9 +44,11 @@ import torch
 
 from robotrl.bench.report import report
 from robotrl.core.types import FloatArray, Observation
+from robotrl.policy.weights import load_parameters
 from robotrl.transport.background import lower_priority
-from robotrl.transport.hotswap import expected_layout, load_parameters, module_tensors
-from robotrl.transport.weights import WeightPublisher, WeightSubscriber
+from robotrl.transport.hotswap import expected_layout, module_tensors
+from robotrl.transport.weight_subscriber import WeightSubscriber
+from robotrl.transport.weights import WeightPublisher
 
 WIDTH = 2048
 LAYERS = 12  # 12 x (2048 x 2048 + 2048) = 50.3M parameters
@@ -158,7 +160,8 @@ def _actor(conn: Connection, learner: Connection, endpoint: str) -> None:
     the simulated arm, the policy in the real inference worker with its two weight slots."""
     from robotrl.actor.main import build_loop
     from robotrl.actor.worker import ProcessInference, WorkerSpec
-    from robotrl.config.schema import ActorConfig, EnvConfig, Strategy
+    from robotrl.config.actor import ActorConfig, Strategy
+    from robotrl.config.env import EnvConfig
     from robotrl.sim import make_env
 
     env = make_env(

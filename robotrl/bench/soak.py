@@ -52,7 +52,7 @@ COMMON = [
     "transport.peer_timeout_s=1.0",
 ]
 LEARNER = [
-    "learner.critic_warmup_updates=5",
+    "learner.rapi.critic_warmup_updates=5",
     "learner.learning_starts=32",
     "learner.batch_size=32",
     "learner.log_every_groups=5",
@@ -329,8 +329,8 @@ class Soak:
             "batches_received": audit.received,
             "duplicates": max(0, stored - sent),
             "duplicate_arrivals_refused": audit.duplicates,
-            "weight_versions_monotonic": monotonic,
-            "weight_version_max": max((max(v, default=-1) for v in self.versions), default=-1),
+            "policy_versions_monotonic": monotonic,
+            "policy_version_max": max((max(v, default=-1) for v in self.versions), default=-1),
             "max_missed_deadlines": max(self.missed.values()),
             "peak_rss_mb": round(max(r.peak_mb for r in self._roles()), 1),
             "rss_growth_mb": {k: round(v, 1) for k, v in growth.items()},

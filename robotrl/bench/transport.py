@@ -35,7 +35,8 @@ import numpy as np
 from robotrl.bench.codec import CAMERAS, make_transitions
 from robotrl.bench.report import report
 from robotrl.core.batch import TransitionBatch
-from robotrl.transport.transitions import TransitionReceiver, TransitionSender
+from robotrl.transport.transition_receiver import TransitionReceiver
+from robotrl.transport.transitions import TransitionSender
 
 BATCH = 64
 _TIMEOUT_S = 300.0

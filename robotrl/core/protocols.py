@@ -4,7 +4,7 @@ A part depends on these Protocols, never on another part's concrete class, so a
 reader learns the architecture here: the actor drives a :class:`RobotEnv` with chunks
 from a :class:`ChunkPolicy`, timed by a :class:`LatencyModel` in virtual time; its
 transitions leave through a :class:`Sender` and reach the learner's
-:class:`Receiver`, which fills a :class:`ReplayBuffer` that an :class:`Algorithm`
+:class:`BatchReceiver`, which fills a :class:`ReplayBuffer` that an :class:`Algorithm`
 learns from; weights travel back the same way.
 """
 
@@ -199,6 +199,53 @@ class Receiver(Protocol[T_co]):
 
     def recv(self, timeout_s: float) -> T_co | None:
         """The next item, or None when none arrived within ``timeout_s``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class StreamBatch(Protocol):
+    """A transition batch as a transition link hands it out: with its place in its actor's stream."""
+
+    @property
+    def actor_id(self) -> str: ...
+
+    @property
+    def stream(self) -> str:
+        """One incarnation of one actor; sequence numbers count from 0 within it."""
+        ...
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def batch(self) -> TransitionBatch: ...
+
+
+@runtime_checkable
+class StreamLedger(Protocol):
+    """What a transition link has received of every stream, as a checkpoint stores it."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class BatchReceiver(Protocol):
+    """The learner's end of the transition stream.
+
+    ``recv_item`` acknowledges the batch it handed out before, so a batch the learner
+    journals or stores before asking for the next one is never lost to a crash.
+    """
+
+    @property
+    def ledger(self) -> StreamLedger | None:
+        """Every stream's sequence numbers received (checkpointed beside the buffers); None
+        for a link whose streams do not outlive the process."""
+        ...
+
+    def recv_item(self, timeout_s: float) -> StreamBatch | None:
+        """The next new batch and its place, or None when none arrived within ``timeout_s``."""
         ...
 
     def close(self) -> None: ...

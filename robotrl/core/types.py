@@ -5,7 +5,7 @@ the receiver. Arrays inside them are numpy arrays; the parts that build them mak
 them read-only where a value is shared (the wire decoder does, for instance).
 
 Time is the integer control tick; the float timestamps are seconds for logs only
-(see DESIGN.md, "Time").
+(see docs/architecture.md, "Virtual and wall-clock time").
 """
 
 from __future__ import annotations
@@ -273,28 +273,29 @@ class WeightUpdate:
     e.g. a VLA's action head). ``digest`` is :func:`weights_digest` of ``tensors``.
     """
 
-    version: int
+    policy_version: int
+    """The version of the policy these tensors are; every transition it acts in carries it."""
     tensors: Mapping[str, npt.NDArray[np.generic]]
     digest: str
     subset: str = "full"
     created_time: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.version < 0:
-            raise ValueError(f"WeightUpdate.version must be >= 0, got {self.version}")
+        if self.policy_version < 0:
+            raise ValueError(f"WeightUpdate.policy_version must be >= 0, got {self.policy_version}")
         if self.subset not in ("full", "trainable"):
             raise ValueError(f"WeightUpdate.subset must be 'full' or 'trainable', got {self.subset!r}")
 
     @classmethod
     def build(
         cls,
-        version: int,
+        policy_version: int,
         tensors: Mapping[str, npt.NDArray[np.generic]],
         subset: str = "full",
         created_time: float = 0.0,
     ) -> WeightUpdate:
         """An update whose digest is computed from ``tensors``."""
-        return cls(version, tensors, weights_digest(tensors), subset, created_time)
+        return cls(policy_version, tensors, weights_digest(tensors), subset, created_time)
 
     def digest_matches(self) -> bool:
         return weights_digest(self.tensors) == self.digest

@@ -2,7 +2,7 @@
 
 A checkpoint is a folder ``<run_dir>/checkpoints/group-<N>/`` holding ``state.pt``
 (tensors and plain values only, read back with ``torch.load(weights_only=True)``),
-``counters.json`` (group, weight version, transitions ingested, format version) and
+``counters.json`` (group, policy version, transitions ingested, format version) and
 ``policy.safetensors`` (the published policy tensors, for tools that only want the
 policy) and, when enabled, ``buffers/`` (the replay as .npy files and JSON). It is
 written to a temporary folder and renamed, and ``latest`` names the
@@ -25,17 +25,17 @@ import numpy.typing as npt
 import torch
 from safetensors.numpy import save_file
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: counters.json names the weight version policy_version
 KEEP = 2
 BUFFERS = "buffers"
 
 
 @dataclass
 class Counters:
-    """What the loop counts across restarts; the weight version only ever grows."""
+    """What the loop counts across restarts; the policy version only ever grows."""
 
     groups: int = 0
-    weight_version: int = 0
+    policy_version: int = 0
     transitions: int = 0
 
 
@@ -92,5 +92,5 @@ class Checkpointer:
                 f"{path}: checkpoint format {meta.get('format_version')}, expected {FORMAT_VERSION}"
             )
         state = torch.load(path / "state.pt", map_location=device, weights_only=True)
-        counters = Counters(int(meta["groups"]), int(meta["weight_version"]), int(meta["transitions"]))
+        counters = Counters(int(meta["groups"]), int(meta["policy_version"]), int(meta["transitions"]))
         return state, counters

@@ -21,9 +21,10 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
+from robotrl.core.protocols import StreamBatch
 from robotrl.transport.ledger import SeqLedger
 from robotrl.transport.spool import Spool, SpoolFullError
-from robotrl.transport.transitions import Received
+from robotrl.transport.transition_receiver import Received
 from robotrl.wire.codec import Message, WireError, encode
 from robotrl.wire.messages import message_to_transition_batch, transition_batch_to_message
 
@@ -46,7 +47,7 @@ class Journal:
     def directory(self) -> Path:
         return self._spool.directory
 
-    def append(self, item: Received) -> bool:
+    def append(self, item: StreamBatch) -> bool:
         """Write ``item``; False (logged, counted) when the disk or the budget refuses it."""
         plain = transition_batch_to_message(item.batch, item.seq)
         message = Message(

@@ -1,6 +1,6 @@
 """The learner loop: an ingest thread fills the buffers while the main thread runs update groups.
 
-Ingest: every :class:`TransitionBatch` from the transition :class:`Receiver` goes
+Ingest: every :class:`TransitionBatch` from the transition :class:`BatchReceiver` goes
 into the online buffer (a refused batch is counted and logged, never written),
 and the :class:`AnchorFeeder` copies intervention segments and fast successes into
 the anchor. Updates: once ``learning_starts`` samples are ready, update groups run
@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from robotrl.config.schema import LearnerConfig
+from robotrl.config.learner import LearnerConfig
 from robotrl.core.batch import TransitionBatch
-from robotrl.core.protocols import Algorithm, Receiver, Sender
+from robotrl.core.protocols import Algorithm, BatchReceiver, Sender
 from robotrl.core.types import WeightUpdate
 from robotrl.learner.anchor import AnchorBuffer, AnchorFeeder
 from robotrl.learner.checkpoint import Checkpointer, Counters
@@ -48,7 +48,7 @@ class Learner:
         online: ChunkReplay,
         anchor: AnchorBuffer,
         cfg: LearnerConfig,
-        transitions: Receiver[TransitionBatch],
+        transitions: BatchReceiver,
         weights: Sender[WeightUpdate],
         *,
         metrics: MetricsLog | None = None,
@@ -117,14 +117,7 @@ class Learner:
         With a journal, the batch is on disk before the link acknowledges it (the
         receiver acknowledges a batch at the next receive), so an acknowledged batch
         survives a learner crash."""
-        recv_item = getattr(self.transitions, "recv_item", None)
-        if recv_item is None:
-            batch = self.transitions.recv(timeout_s)
-            if batch is None:
-                return False
-            self.ingest(batch)
-            return True
-        item = recv_item(timeout_s)
+        item = self.transitions.recv_item(timeout_s)
         if item is None:
             return False
         if self.journal is not None:
@@ -147,7 +140,7 @@ class Learner:
 
     def _min_version(self) -> int | None:
         lag = self.cfg.max_policy_lag
-        return None if lag is None else self.counters.weight_version - lag
+        return None if lag is None else self.counters.policy_version - lag
 
     def ready(self) -> int:
         """Chunk samples stored and ready, online and anchor (the lag cap is checked apart)."""
@@ -167,7 +160,7 @@ class Learner:
         except LookupError:
             online, n_anchor = None, size
         if online is not None:
-            lag = self.counters.weight_version - online[VERSION_KEY]
+            lag = self.counters.policy_version - online[VERSION_KEY]
             lag = lag[online[VERSION_KEY] >= 0]
             if lag.size:
                 self._lag_sum += int(lag.sum())
@@ -214,14 +207,14 @@ class Learner:
     # ----------------------------------------------------------------- updates
 
     def publish(self) -> None:
-        """Send the policy as the next weight version."""
-        self.counters.weight_version += 1
+        """Send the policy as the next policy version."""
+        self.counters.policy_version += 1
         update = WeightUpdate.build(
-            self.counters.weight_version, self.algorithm.policy_weights(), self.subset, time.time()
+            self.counters.policy_version, self.algorithm.policy_weights(), self.subset, time.time()
         )
         if not self.weights.send(update):
             self.publish_refused += 1
-            log.warning("weight version %d was refused by the weight link", update.version)
+            log.warning("policy version %d was refused by the weight link", update.policy_version)
 
     def run(self, max_groups: int = 0) -> Counters:
         """Ingest and update until stopped or ``max_groups`` groups ran (0: until stopped)."""
@@ -230,7 +223,7 @@ class Learner:
             log.warning(
                 "learner.policy_lr_end anneals over learner.max_groups, which is 0: the rate stays constant"
             )
-        if self.counters.weight_version > 0:
+        if self.counters.policy_version > 0:
             self.publish()  # a resumed learner re-announces its policy under a new version
         done = 0
         prefetcher: Prefetcher | None = None
@@ -267,7 +260,7 @@ class Learner:
         buffers as of one instant; then forget the journaled batches the checkpoint holds."""
         assert self.checkpointer is not None
         buffers = self._save_buffers if self.cfg.save_buffers else None
-        ledger = getattr(self.transitions, "ledger", None)
+        ledger = self.transitions.ledger
         with self._ingest_lock:
             journaled = self.journal.files() if self.journal is not None else []
             extra = {LEDGER_FILE: ledger.to_json()} if ledger is not None else {}
@@ -305,7 +298,7 @@ class Learner:
         elapsed = max(now - self._window_start, 1e-9)
         record: dict[str, float | int] = {
             "group": self.counters.groups,
-            "version": self.counters.weight_version,
+            "version": self.counters.policy_version,
             "transitions": self.counters.transitions,
             "ingest_tps": self._window_transitions / elapsed,
             "updates_per_s": self._window_updates / elapsed,

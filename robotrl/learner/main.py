@@ -15,8 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from robotrl.config.schema import RobotRLConfig
-from robotrl.core.batch import TransitionBatch
-from robotrl.core.protocols import Receiver, Sender
+from robotrl.core.protocols import BatchReceiver, Sender
 from robotrl.core.types import EnvSpec, WeightUpdate
 from robotrl.learner.algorithms import build_algorithm
 from robotrl.learner.anchor import AnchorBuffer
@@ -45,7 +44,7 @@ def replay_spec(cfg: RobotRLConfig, spec: EnvSpec, horizon: int, max_delay: int 
         cameras=dict(spec.camera_shapes),
         gamma=cfg.learner.gamma,
         max_delay=min(delay, horizon - 1),
-        intervention_penalty=cfg.learner.intervention_penalty,
+        intervention_penalty=cfg.learner.rapi.intervention_penalty,
     )
 
 
@@ -66,7 +65,7 @@ def build_learner(
     cfg: RobotRLConfig,
     policy: Any,
     spec: EnvSpec,
-    transitions: Receiver[TransitionBatch],
+    transitions: BatchReceiver,
     weights: Sender[WeightUpdate],
     console: bool = True,
 ) -> Learner:
@@ -127,13 +126,13 @@ def _env_spec(cfg: RobotRLConfig) -> EnvSpec:
     return spec
 
 
-def _open_links(cfg: RobotRLConfig) -> tuple[Receiver[TransitionBatch], Sender[WeightUpdate]]:
+def _open_links(cfg: RobotRLConfig) -> tuple[BatchReceiver, Sender[WeightUpdate]]:
     """The ZeroMQ links of the transport package: the one place that names their constructors.
 
     The transition receiver starts from the ledger of what this learner already holds
     (its checkpoint and journal), so batches an actor resends after a restart are
     acknowledged without being stored twice."""
-    from robotrl.transport.transitions import TransitionReceiver
+    from robotrl.transport.transition_receiver import TransitionReceiver
     from robotrl.transport.weights import WeightPublisher
 
     ledger = restored_ledger(resume_point(cfg), open_journal(cfg))
@@ -174,6 +173,6 @@ def run_learner(cfg: RobotRLConfig) -> int:
         if learner.metrics is not None:
             learner.metrics.close()
     Console().print(
-        f"robotrl learner: stopped after {counters.groups} groups, weight version {counters.weight_version}"
+        f"robotrl learner: stopped after {counters.groups} groups, policy version {counters.policy_version}"
     )
     return 0

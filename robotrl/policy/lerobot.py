@@ -37,7 +37,7 @@ import numpy.typing as npt
 import torch
 from torch import Tensor, nn
 
-from robotrl.config.schema import PolicyConfig, PolicyKind
+from robotrl.config.policy import PolicyConfig, PolicyKind
 from robotrl.core.types import (
     ACTION_KEY,
     ACTION_MASK_KEY,
@@ -50,7 +50,7 @@ from robotrl.core.types import (
     Observation,
 )
 from robotrl.policy.checkpoint import META_FILE, CheckpointError, expect_architecture, read_meta, write_meta
-from robotrl.transport.hotswap import load_parameters
+from robotrl.policy.weights import load_parameters
 
 ARCHITECTURE = "robotrl.lerobot"
 LEROBOT_CONFIG = "config.json"

@@ -1,10 +1,16 @@
-"""What every transport I/O thread shares: counters read as one snapshot, and low priority."""
+"""What every transport I/O thread shares: counters read as one snapshot, rejections counted
+and logged sparingly, and low priority."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
+
+from robotrl.wire.codec import WireError
+
+log = logging.getLogger(__name__)
 
 
 class Counters:
@@ -33,3 +39,11 @@ def lower_priority(niceness: int = 10) -> None:
     """
     with contextlib.suppress(OSError, AttributeError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+
+
+def log_rejection(counts: Counters, error: WireError, who: str) -> None:
+    """Count a rejected message; log the first few of each reason, then every 100th."""
+    counts.add(f"rejected_{error.reason}")
+    n = counts.snapshot()[f"rejected_{error.reason}"]
+    if n <= 5 or n % 100 == 0:
+        log.warning("%s: rejected message (%s, #%d): %s", who, error.reason, n, error)

@@ -1,6 +1,6 @@
-"""The transition stream, actor to learner: numbered, acknowledged, resent, never lost silently.
+"""The transition stream's actor side: numbered, acknowledged, resent, never lost silently.
 
-Actor side, :class:`TransitionSender`: ``send(batch)`` only appends to a bounded
+:class:`TransitionSender`: ``send(batch)`` only appends to a bounded
 in-memory hand-off queue and returns; a background thread numbers each batch in
 this actor's stream, encodes it, keeps it until the learner acknowledges it (in
 memory up to ``max_inflight``, then in a bounded disk :class:`Spool`), sends at
@@ -12,22 +12,13 @@ the sender's responsibility from the moment it is numbered (and, with write-ahea
 on disk): a process killed before that, a few milliseconds after ``send``, loses it
 unnumbered, as it loses the transitions not yet gathered into a batch.
 
-Learner side, :class:`TransitionReceiver`: a background thread receives,
-validates (the codec, then the batch schema), drops duplicates by sequence
-number, answers heartbeats and queues batches for ``recv``. A batch is
-acknowledged when the application asks for the next one (or calls
-:meth:`TransitionReceiver.commit`), so a learner killed while holding a batch
-gets it again after its restart. Its :class:`~robotrl.transport.ledger.SeqLedger`
-accounts for every sequence number of every stream (received, duplicate, missing)
-and can be checkpointed and restored.
+The learner's side is :mod:`.transition_receiver`; the socket loop is :mod:`.link`'s.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
-import queue
 import secrets
 import threading
 import time
@@ -36,42 +27,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import zmq
-
-from robotrl.config.schema import TransportConfig
+from robotrl.config.transport import TransportConfig
 from robotrl.core.batch import TransitionBatch
 from robotrl.transport import protocol as p
-from robotrl.transport.background import Counters, lower_priority
+from robotrl.transport.background import Counters, log_rejection
 from robotrl.transport.heartbeat import Liveness
-from robotrl.transport.ledger import SeqLedger
-from robotrl.transport.sockets import bind, client_socket, server_socket, start_authenticator
+from robotrl.transport.link import POLL_MS, Clock, LinkClient, client_options
 from robotrl.transport.spool import Spool, SpoolFullError
-from robotrl.wire.auth import ClientKeys, ServerKeys, client_keys, server_keys
-from robotrl.wire.codec import REASONS, Frame, Message, WireError, decode, encode
-from robotrl.wire.messages import (
-    TRANSITIONS,
-    message_to_transition_batch,
-    non_finite_arrays,
-    transition_batch_to_message,
-)
+from robotrl.wire.auth import ClientKeys
+from robotrl.wire.codec import Frame, Message, WireError, encode
+from robotrl.wire.messages import TRANSITIONS, non_finite_arrays, transition_batch_to_message
 
 log = logging.getLogger(__name__)
-
-Clock = Callable[[], float]
-_POLL_MS = 5
 
 
 def new_stream_id() -> str:
     """A stream id that sorts by creation time (so old spool files go first) and is unique."""
     return f"{time.time_ns() // 1_000_000:012x}{secrets.token_hex(3)}"
-
-
-def _log_rejection(counts: Counters, reason: str, detail: str, who: str) -> None:
-    """Count a rejected message; log the first few of each reason, then every 100th."""
-    counts.add(f"rejected_{reason}")
-    n = counts.snapshot()[f"rejected_{reason}"]
-    if n <= 5 or n % 100 == 0:
-        log.warning("%s: rejected message (%s, #%d): %s", who, reason, n, detail)
 
 
 @dataclass
@@ -113,13 +85,21 @@ class TransitionSender:
         self.endpoint = endpoint
         self.actor_id = actor_id
         self.stream = new_stream_id()
-        self._keys = keys
         self._clock = clock
         self._max_queue = max_queue
         self._max_inflight = max_inflight
         self._window = window
         self._ack_timeout_s = 2 * peer_timeout_s
         self._live = Liveness(heartbeat_s, peer_timeout_s, clock)
+        self._link = LinkClient(
+            endpoint,
+            keys,
+            self,
+            self._live,
+            who=actor_id,
+            peer="learner",
+            thread_name=f"transitions-{actor_id}",
+        )
         self._spool = Spool(Path(spool_dir) / actor_id, spool_max_bytes) if spool_dir else None
         self._write_ahead = write_ahead and self._spool is not None
         self._on_numbered = on_numbered
@@ -141,19 +121,16 @@ class TransitionSender:
             "non_finite",
         )
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"transitions-{actor_id}", daemon=True)
-        self._thread.start()
+        self._link.start()
 
     @classmethod
     def from_config(cls, cfg: TransportConfig, actor_id: str, **overrides: Any) -> TransitionSender:
         kwargs: dict[str, Any] = {
+            **client_options(cfg),
             "spool_dir": cfg.spool_dir,
             "spool_max_bytes": cfg.spool_max_mb << 20,
             "max_inflight": cfg.max_inflight_batches,
             "window": cfg.send_window,
-            "heartbeat_s": cfg.heartbeat_s,
-            "peer_timeout_s": cfg.peer_timeout_s,
-            "keys": client_keys(cfg.keys_dir) if cfg.curve else None,
             "write_ahead": cfg.write_ahead,
         }
         kwargs.update(overrides)
@@ -198,44 +175,11 @@ class TransitionSender:
         ``write_ahead``) are sent by the next incarnation; those only in memory are lost (the
         learner counts them as lost to the actor's end)."""
         self._stop.set()
-        self._thread.join(timeout=5.0)
+        self._link.close()
 
-    # -- I/O thread -----------------------------------------------------------------------
+    # -- I/O thread: the link's ClientHandler ----------------------------------------------
 
-    def _run(self) -> None:
-        lower_priority()  # this thread shares the actor's process with its control loop
-        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        sock = self._connect(ctx)
-        self._load_spool()
-        try:
-            while not self._stop.is_set():
-                self._take_handoff()
-                more = bool(self._handoff) and self._in_memory < self._max_inflight
-                if sock.poll(0 if more else _POLL_MS, zmq.POLLIN):  # else wait for acks
-                    self._receive(sock)
-                if self._live.beat_due():
-                    self._send_ping(sock)
-                if self._live.last_heard is not None and not self._live.alive():
-                    log.warning(
-                        "%s: learner silent for %.1fs; reconnecting", self.actor_id, self._live.timeout_s
-                    )
-                    sock.close(linger=0)
-                    sock = self._connect(ctx)
-                    self._counts.add("reconnects")
-                    self._mark_all_unsent()
-                if self._live.alive():
-                    self._send_window(sock)
-        finally:
-            sock.close(linger=0)
-            ctx.term()
-
-    def _connect(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
-        sock = client_socket(ctx, zmq.DEALER, self._keys)
-        sock.connect(self.endpoint)
-        self._live.forget()
-        return sock
-
-    def _load_spool(self) -> None:
+    def on_start(self) -> None:
         """Queue what earlier incarnations of this actor spooled and never got acknowledged."""
         if self._spool is None:
             return
@@ -252,6 +196,43 @@ class TransitionSender:
             self._entries[(stream, message.seq)] = _Entry(stream, message.seq, None, path)
         if self._entries:
             log.info("%s: %d spooled batches from earlier runs to send", self.actor_id, len(self._entries))
+
+    def before_poll(self) -> None:
+        self._take_handoff()
+
+    def wait_ms(self) -> int:
+        more = bool(self._handoff) and self._in_memory < self._max_inflight
+        return 0 if more else POLL_MS  # else wait for acks
+
+    def beat(self) -> None:
+        ping = p.control(
+            p.PING,
+            self.actor_id,
+            stream=self.stream,
+            next=self._next_seq,
+            dropped=self._counts.snapshot()["dropped"],
+        )
+        self._link.send(encode(ping))  # not connected yet: the missing pong tells us so
+
+    def on_message(self, message: Message) -> None:
+        if message.kind == p.PONG:
+            self._on_pong(p.meta_str(message, "session"))
+        elif message.kind == p.ACK:
+            self._live.heard()
+            self._on_ack(p.meta_str(message, "stream"), p.ack_ranges(message))
+        else:
+            raise WireError("schema", f"unexpected kind {message.kind!r} from the learner")
+
+    def on_rejected(self, error: WireError) -> None:
+        log_rejection(self._counts, error, self.actor_id)
+
+    def on_reconnect(self) -> None:
+        self._counts.add("reconnects")
+        self._mark_all_unsent()
+
+    def after_poll(self) -> None:
+        if self._live.alive():
+            self._send_window()
 
     def _take_handoff(self) -> None:
         """Number and encode queued batches: into memory while there is room; to the spool
@@ -323,35 +304,6 @@ class TransitionSender:
                 log.warning("%s: batch %d kept in memory only (%s, #%d)", self.actor_id, key[1], exc, n)
             return None
 
-    def _send_ping(self, sock: zmq.Socket[bytes]) -> None:
-        ping = p.control(
-            p.PING,
-            self.actor_id,
-            stream=self.stream,
-            next=self._next_seq,
-            dropped=self._counts.snapshot()["dropped"],
-        )
-        with contextlib.suppress(zmq.Again):  # no connection yet: the missing pong tells us so
-            sock.send_multipart(encode(ping), flags=zmq.NOBLOCK)
-
-    def _receive(self, sock: zmq.Socket[bytes]) -> None:
-        while True:
-            try:
-                frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            try:
-                message = decode(frames)
-                if message.kind == p.PONG:
-                    self._on_pong(p.meta_str(message, "session"))
-                elif message.kind == p.ACK:
-                    self._live.heard()
-                    self._on_ack(p.meta_str(message, "stream"), p.ack_ranges(message))
-                else:
-                    raise WireError("schema", f"unexpected kind {message.kind!r} from the learner")
-            except WireError as exc:
-                _log_rejection(self._counts, exc.reason, str(exc), self.actor_id)
-
     def _on_pong(self, session: str) -> None:
         was_alive = self._live.alive()
         self._live.heard()
@@ -384,7 +336,7 @@ class TransitionSender:
         for entry in self._entries.values():
             entry.sent_at = None
 
-    def _send_window(self, sock: zmq.Socket[bytes]) -> None:
+    def _send_window(self) -> None:
         now = self._clock()
         outstanding = 0
         for entry in self._entries.values():
@@ -402,226 +354,10 @@ class TransitionSender:
                     self._counts.add("dropped")
                     return  # the dict changed under the loop; continue on the next pass
                 frames = list(loaded[0])
-            try:
-                sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
-            except zmq.Again:
+            if not self._link.send(frames, copy=False):
                 return
             self._counts.add("resent" if entry.sent_at is not None else "sent")
             entry.sent_at = now
             outstanding += 1
             if outstanding >= self._window:
                 return
-
-
-@dataclass(frozen=True)
-class Received:
-    """A batch as handed to the learner, with where it sits in its actor's stream."""
-
-    actor_id: str
-    stream: str
-    seq: int
-    batch: TransitionBatch
-
-
-class TransitionReceiver:
-    """Learner side of the transition stream: binds ``endpoint``; ``recv`` hands out batches."""
-
-    def __init__(
-        self,
-        endpoint: str,
-        *,
-        ledger: SeqLedger | None = None,
-        max_queue: int = 4096,
-        heartbeat_s: float = 1.0,
-        peer_timeout_s: float = 5.0,
-        keys: ServerKeys | None = None,
-        clock: Clock = time.monotonic,
-    ) -> None:
-        self.ledger = ledger if ledger is not None else SeqLedger()
-        self.session = secrets.token_hex(8)
-        self._keys = keys
-        self._clock = clock
-        self._heartbeat_s = heartbeat_s
-        self._peer_timeout_s = peer_timeout_s
-        self._queue: queue.Queue[Received] = queue.Queue(maxsize=max_queue)
-        self._queued: set[tuple[str, str, int]] = set()
-        self._queued_lock = threading.Lock()
-        self._to_ack: collections.deque[Received] = collections.deque()
-        self._held: Received | None = None
-        self._actors: dict[str, Liveness] = {}
-        self._routes: dict[str, bytes] = {}  # actor -> its newest connection, where acks go
-        self._actors_lock = threading.Lock()
-        self._counts = Counters("received", "duplicates", "overflow", *(f"rejected_{r}" for r in REASONS))
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self.endpoint = endpoint
-        self._thread = threading.Thread(
-            target=self._run, args=(endpoint,), name="transitions-rx", daemon=True
-        )
-        self._thread.start()
-        if not self._ready.wait(10.0) or self._error is not None:
-            self._stop.set()
-            raise RuntimeError(f"transition receiver could not bind {endpoint}: {self._error}")
-
-    @classmethod
-    def from_config(cls, cfg: TransportConfig, **overrides: Any) -> TransitionReceiver:
-        kwargs: dict[str, Any] = {
-            "heartbeat_s": cfg.heartbeat_s,
-            "peer_timeout_s": cfg.peer_timeout_s,
-            "keys": server_keys(cfg.keys_dir) if cfg.curve else None,
-        }
-        kwargs.update(overrides)
-        return cls(cfg.transitions_endpoint, **kwargs)
-
-    # -- application side -----------------------------------------------------------------
-
-    def recv(self, timeout_s: float) -> TransitionBatch | None:
-        """The next new batch, or None after ``timeout_s``; acknowledges the batch handed out before."""
-        item = self.recv_item(timeout_s)
-        return item.batch if item is not None else None
-
-    def recv_item(self, timeout_s: float) -> Received | None:
-        """As :meth:`recv`, with the batch's actor, stream and sequence number."""
-        self.commit()
-        try:
-            item = self._queue.get(timeout=max(0.0, timeout_s))
-        except queue.Empty:
-            return None
-        with self._queued_lock:
-            self._queued.discard((item.actor_id, item.stream, item.seq))
-        while not self.ledger.record(item.actor_id, item.stream, item.seq):
-            self._counts.add("duplicates")  # already taken (a restored ledger); ack, skip
-            self._to_ack.append(item)
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return None
-            with self._queued_lock:
-                self._queued.discard((item.actor_id, item.stream, item.seq))
-        self._held = item
-        return item
-
-    def commit(self) -> None:
-        """Acknowledge the batch handed out last (``recv`` does this itself)."""
-        if self._held is not None:
-            self._to_ack.append(self._held)
-            self._held = None
-
-    def stats(self) -> dict[str, int]:
-        return self._counts.snapshot()
-
-    def actors_alive(self) -> dict[str, bool]:
-        """Every actor heard from, and whether it was heard within the peer timeout."""
-        with self._actors_lock:
-            return {a: live.alive() for a, live in self._actors.items()}
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5.0)
-
-    # -- I/O thread -----------------------------------------------------------------------
-
-    def _run(self, endpoint: str) -> None:
-        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        auth = None
-        try:
-            auth = start_authenticator(ctx, self._keys)
-            sock = server_socket(ctx, zmq.ROUTER, self._keys)
-            self.endpoint = bind(sock, endpoint)
-        except Exception as exc:  # reported to the constructor, which raises
-            self._error = exc
-            self._ready.set()
-            ctx.term()
-            return
-        self._ready.set()
-        try:
-            while not self._stop.is_set():
-                if sock.poll(0 if self._to_ack else _POLL_MS, zmq.POLLIN):
-                    self._receive(sock)
-                self._flush_acks(sock)
-        finally:
-            sock.close(linger=0)
-            if auth is not None:
-                auth.stop()
-            ctx.term()
-
-    def _receive(self, sock: zmq.Socket[bytes]) -> None:
-        for _ in range(256):
-            try:
-                frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            route = frames[0].bytes
-            try:
-                message = decode(frames[1:])
-                if message.kind == TRANSITIONS:
-                    self._on_batch(route, message)
-                elif message.kind == p.PING:
-                    self._on_ping(sock, route, message)
-                else:
-                    raise WireError("schema", f"unexpected kind {message.kind!r} from an actor")
-            except WireError as exc:
-                _log_rejection(self._counts, exc.reason, str(exc), "learner transitions")
-
-    def _heard(self, actor_id: str, route: bytes) -> None:
-        self._routes[actor_id] = route
-        with self._actors_lock:
-            live = self._actors.get(actor_id)
-            if live is None:
-                live = self._actors[actor_id] = Liveness(self._heartbeat_s, self._peer_timeout_s, self._clock)
-                log.info("learner transitions: actor %s connected", actor_id)
-            live.heard()
-
-    def _on_ping(self, sock: zmq.Socket[bytes], route: bytes, message: Message) -> None:
-        stream = p.meta_str(message, "stream")
-        dropped = message.meta.get("dropped", 0)
-        self.ledger.numbered(
-            message.sender,
-            stream,
-            p.meta_int(message, "next"),
-            dropped if isinstance(dropped, int) and not isinstance(dropped, bool) and dropped >= 0 else 0,
-        )
-        self._heard(message.sender, route)
-        self._send(sock, route, p.control(p.PONG, "learner", session=self.session))
-
-    def _on_batch(self, route: bytes, message: Message) -> None:
-        stream = p.meta_str(message, "stream")
-        batch = message_to_transition_batch(message)
-        self._heard(message.sender, route)
-        item = Received(message.sender, stream, message.seq, batch)
-        key = (message.sender, stream, message.seq)
-        with self._queued_lock:
-            queued = key in self._queued
-        if queued or self.ledger.seen(*key):
-            self._counts.add("duplicates")
-            if not queued:
-                self._to_ack.append(item)  # the actor missed our ack: send it again
-            return
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
-            self._counts.add("overflow")  # not acked: the actor resends it later
-            return
-        with self._queued_lock:
-            self._queued.add(key)
-        self._counts.add("received")
-
-    def _flush_acks(self, sock: zmq.Socket[bytes]) -> None:
-        if not self._to_ack:
-            return
-        groups: dict[tuple[str, str], list[int]] = {}
-        while self._to_ack:
-            item = self._to_ack.popleft()
-            groups.setdefault((item.actor_id, item.stream), []).append(item.seq)
-        for (actor_id, stream), seqs in groups.items():
-            self._send(
-                sock,
-                self._routes[actor_id],
-                p.control(p.ACK, "learner", stream=stream, ranges=p.to_ranges(seqs)),
-            )
-
-    @staticmethod
-    def _send(sock: zmq.Socket[bytes], route: bytes, message: Message) -> None:
-        with contextlib.suppress(zmq.ZMQError):  # the peer is gone or full; it pings again
-            sock.send_multipart([route, *encode(message)], flags=zmq.NOBLOCK)

@@ -88,7 +88,7 @@ def message_to_transition_batch(message: Message) -> TransitionBatch:
 def weight_update_to_message(update: WeightUpdate, sender: str) -> Message:
     """The wire form of ``update``; its version doubles as the message sequence number."""
     meta = {"digest": update.digest, "subset": update.subset, "created_time": update.created_time}
-    return Message(WEIGHTS, sender, update.version, dict(update.tensors), meta)
+    return Message(WEIGHTS, sender, update.policy_version, dict(update.tensors), meta)
 
 
 def message_to_weight_update(message: Message) -> WeightUpdate:

@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 from transport_peers import HEARTBEAT_S, TIMEOUT_S, small_batch
 
-from robotrl.transport.transitions import TransitionReceiver, TransitionSender
-from robotrl.transport.weights import WeightPublisher, WeightSubscriber
+from robotrl.transport.transition_receiver import TransitionReceiver
+from robotrl.transport.transitions import TransitionSender
+from robotrl.transport.weight_subscriber import WeightSubscriber
+from robotrl.transport.weights import WeightPublisher
 from robotrl.wire.auth import ClientKeys, client_keys, generate, server_keys
 
 LINK = {"heartbeat_s": HEARTBEAT_S, "peer_timeout_s": TIMEOUT_S}
@@ -45,7 +47,7 @@ def test_an_actor_without_authorized_keys_cannot_receive_weights(keys, who):
     try:
         version = pub.publish({"w": np.ones(4, np.float32)})
         got = good.recv(20.0)
-        assert got is not None and got.version == version  # the link works for an authorized actor
+        assert got is not None and got.policy_version == version  # the link works for an authorized actor
         assert bad.recv(QUIET_S) is None
         assert not bad.stats()["publisher_alive"]
     finally:

@@ -31,4 +31,4 @@ def test_bench_actor_quick_reports_ours_and_lerobots_figures():
         "lerobot_starved_ticks",
     ):
         assert result[key] is not None and result[key] >= 0, key
-    assert len(result["weight_versions"]) >= 4  # swaps every 2 s over 15 s reached the policy
+    assert len(result["policy_versions"]) >= 4  # swaps every 2 s over 15 s reached the policy

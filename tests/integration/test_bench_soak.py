@@ -28,7 +28,7 @@ def test_bench_soak_quick_loses_nothing_through_its_faults_and_reports_every_fie
     accounts = {k: v for k, v in result.items() if k.startswith(counted)}  # shown when one fails
     assert result["transitions_lost"] == 0 and result["duplicates"] == 0, accounts
     assert result["batches_lost_to_actor_crash"] == 0 and result["batches_in_flight_at_end"] == 0, accounts
-    assert result["weight_versions_monotonic"] is True and result["weight_version_max"] >= 1
+    assert result["policy_versions_monotonic"] is True and result["policy_version_max"] >= 1
     assert result["max_missed_deadlines"] == 0
     assert result["peak_rss_mb"] > 0
     assert result["exit_codes"] == {"actor-0": 0, "actor-1": 0, "learner": 0}

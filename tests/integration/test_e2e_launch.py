@@ -21,7 +21,7 @@ TINY = [
     "policy=flow_tiny",
     "env.cameras=[]",
     "env.max_episode_ticks=60",
-    "learner.critic_warmup_updates=5",
+    "learner.rapi.critic_warmup_updates=5",
     "learner.learning_starts=32",
     "learner.batch_size=32",
     "learner.log_every_groups=1",
@@ -114,7 +114,7 @@ def test_launch_runs_learner_and_two_actors_and_weights_reach_the_actors(tmp_pat
         assert s["transport"]["dropped"] == 0 and s["transport"]["flushed"], s["transport"]
     latest = (run / "checkpoints" / "latest").read_text()
     counters = json.loads((run / "checkpoints" / latest / "counters.json").read_text())
-    assert counters["groups"] > 0 and counters["weight_version"] >= 1
+    assert counters["groups"] > 0 and counters["policy_version"] >= 1
     assert counters["transitions"] == sum(s["ticks"] for s in summaries)
     status = _status(run)
     assert all(r["state"] in ("done", "stopped") for r in status.values()), status

@@ -27,8 +27,10 @@ from waiting import wait_until
 from robotrl.bench.proxy import TcpProxy
 from robotrl.learner.journal import LEDGER_FILE
 from robotrl.transport.ledger import SeqLedger
-from robotrl.transport.transitions import TransitionReceiver, TransitionSender
-from robotrl.transport.weights import WeightPublisher, WeightSubscriber
+from robotrl.transport.transition_receiver import TransitionReceiver
+from robotrl.transport.transitions import TransitionSender
+from robotrl.transport.weight_subscriber import WeightSubscriber
+from robotrl.transport.weights import WeightPublisher
 from robotrl.wire.codec import Message, encode
 from robotrl.wire.messages import transition_batch_to_message
 
@@ -331,7 +333,7 @@ def test_weight_update_corrupted_on_the_wire_is_refused_the_old_weights_stay(cap
         with caplog.at_level(logging.WARNING):
             first = pub.publish({"w": np.full((1024, 1024), 1.0, np.float32)})
             update = sub.recv(20.0)
-            assert update is not None and update.version == first
+            assert update is not None and update.policy_version == first
             proxy.corrupt_after(1 << 20)  # a byte 1 MB into the next 4 MB update
             pub.publish({"w": np.full((1024, 1024), 2.0, np.float32)})
             wait_until(proxy.corrupted.is_set, 20, "the proxy to corrupt the update")
@@ -343,5 +345,5 @@ def test_weight_update_corrupted_on_the_wire_is_refused_the_old_weights_stay(cap
         sub.close()
         proxy.close()
         pub.close()
-    assert update is not None and update.version == third and float(update.tensors["w"][0, 0]) == 3.0
+    assert update is not None and update.policy_version == third and float(update.tensors["w"][0, 0]) == 3.0
     assert "weights: refused update (digest" in caplog.text

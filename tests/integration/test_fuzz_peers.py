@@ -19,8 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from waiting import wait_until
 
-from robotrl.transport.transitions import TransitionReceiver, TransitionSender
-from robotrl.transport.weights import WeightPublisher, WeightSubscriber
+from robotrl.transport.transition_receiver import TransitionReceiver
+from robotrl.transport.transitions import TransitionSender
+from robotrl.transport.weight_subscriber import WeightSubscriber
+from robotrl.transport.weights import WeightPublisher
 from robotrl.wire.codec import decode
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -119,7 +121,7 @@ def test_learner_weight_publisher_survives_hostile_subscribers():
         try:
             version = pub.publish({"w": np.ones(8, np.float32)})
             update = sub.recv(20.0)
-            assert update is not None and update.version == version
+            assert update is not None and update.policy_version == version
         finally:
             sub.close()
     finally:

@@ -10,11 +10,13 @@ import pytest
 import torch
 from learner_doubles import MLPChunkPolicy, episode_batch
 
-from robotrl.config.schema import AlgorithmKind, LearnerConfig, RobotRLConfig
+from robotrl.config.learner import AlgorithmKind, LearnerConfig, RapiConfig
+from robotrl.config.schema import RobotRLConfig
+from robotrl.core.protocols import BatchReceiver
 from robotrl.core.types import EnvSpec
-from robotrl.learner.inproc import QueueLink
 from robotrl.learner.main import METRICS_FILE, build_learner, replay_spec
 from robotrl.learner.samples import VERSION_KEY
+from robotrl.transport.inproc import QueueLink, TransitionQueue
 
 CAMS = {"front": (16, 16, 3)}
 SPEC = EnvSpec(
@@ -42,10 +44,8 @@ def config(tmp_path, **learner: object) -> RobotRLConfig:
     cfg.policy.horizon, cfg.policy.max_delay = 4, 2
     base = dict(
         batch_size=16,
-        critic_hidden=32,
-        critic_updates_per_group=2,
+        rapi=RapiConfig(critic_hidden=32, critic_updates_per_group=2, critic_warmup_updates=0),
         actor_updates_per_group=1,
-        critic_warmup_updates=0,
         learning_starts=16,
         online_capacity=2000,
         anchor_capacity=500,
@@ -74,15 +74,15 @@ def episodes(first: int, count: int, version: int = 0) -> list:
 
 def test_loop_ingests_updates_publishes_rising_versions_and_resumes_from_its_checkpoint(tmp_path):
     cfg = config(tmp_path)
-    inbox, outbox = QueueLink(), QueueLink()
+    inbox, outbox = TransitionQueue(), QueueLink()
     for b in episodes(0, 6):
         inbox.send(b)
     learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
     counters = learner.run(max_groups=4)
     updates = outbox.drain()
-    assert [u.version for u in updates] == [1, 2, 3, 4]
+    assert [u.policy_version for u in updates] == [1, 2, 3, 4]
     assert all(u.digest_matches() and u.subset == "trainable" for u in updates)
-    assert counters.groups == 4 and counters.weight_version == 4 and counters.transitions > 0
+    assert counters.groups == 4 and counters.policy_version == 4 and counters.transitions > 0
     assert learner.feeder.successes_kept >= 1  # odd episodes succeed: the anchor gets them
     lines = [json.loads(x) for x in (tmp_path / "run" / METRICS_FILE).read_text().splitlines()]
     assert [x["group"] for x in lines] == [1, 2, 3, 4] and "q_loss" in lines[-1] and "lag_mean" in lines[-1]
@@ -91,39 +91,39 @@ def test_loop_ingests_updates_publishes_rising_versions_and_resumes_from_its_che
     learner.anchor.close()
 
     # A new process: same run_dir. Counters, networks and the weight version continue.
-    inbox2, outbox2 = QueueLink(), QueueLink()
+    inbox2, outbox2 = TransitionQueue(), QueueLink()
     for b in episodes(10, 3):
         inbox2.send(b)
     resumed = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox2, outbox2, console=False)
-    assert resumed.counters.groups == 4 and resumed.counters.weight_version == 4
+    assert resumed.counters.groups == 4 and resumed.counters.policy_version == 4
     assert resumed.counters.transitions == counters.transitions
     assert resumed.algorithm.state_dict()["counters"] == saved
     resumed.run(max_groups=2)
     again = outbox2.drain()
-    assert [u.version for u in again] == [5, 6, 7]  # re-announced as 5, never a reused version
+    assert [u.policy_version for u in again] == [5, 6, 7]  # re-announced as 5, never a reused version
     for name, tensor in updates[-1].tensors.items():
         np.testing.assert_array_equal(again[0].tensors[name], tensor)
-    assert resumed.counters.groups == 6 and resumed.counters.weight_version == 7
+    assert resumed.counters.groups == 6 and resumed.counters.policy_version == 7
     resumed.online.close()
     resumed.anchor.close()
 
 
 def test_bad_batch_is_refused_counted_and_the_loop_keeps_going(tmp_path):
     cfg = config(tmp_path, algorithm=AlgorithmKind.bc)
-    inbox, outbox = QueueLink(), QueueLink()
+    inbox, outbox = TransitionQueue(), QueueLink()
     inbox.send(episode_batch("actor-0", 0, range(10), end="terminated", cameras={"front": (8, 8, 3)}))
     for b in episodes(1, 4):
         inbox.send(b)
     learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
     learner.run(max_groups=2)
     assert learner.refused_batches == 1 and learner.online.refused_batches == 1
-    assert [u.version for u in outbox.drain()] == [1, 2]
+    assert [u.policy_version for u in outbox.drain()] == [1, 2]
     learner.online.close()
 
 
 def test_batches_mix_anchor_and_online_and_respect_the_lag_cap(tmp_path):
     cfg = config(tmp_path, anchor_fraction=0.5, max_policy_lag=2, batch_size=64)
-    learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, QueueLink(), QueueLink(), console=False)
+    learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, TransitionQueue(), QueueLink(), console=False)
     for ep, version in enumerate((1, 4, 4, 1)):
         learner.ingest(
             episode_batch("actor-0", ep, range(10), end="terminated", cameras=CAMS, version=version)
@@ -132,7 +132,7 @@ def test_batches_mix_anchor_and_online_and_respect_the_lag_cap(tmp_path):
     learner.ingest(
         episode_batch("actor-1", 7, range(10), end="truncated", cameras=CAMS, intervention=flags, version=1)
     )
-    learner.counters.weight_version = 5
+    learner.counters.policy_version = 5
     batch = learner.next_batch()
     versions = batch[VERSION_KEY]
     online, anchor = versions[:32], versions[32:]
@@ -145,14 +145,14 @@ def test_batches_mix_anchor_and_online_and_respect_the_lag_cap(tmp_path):
 
 def test_buffers_survive_a_restart_when_enabled(tmp_path):
     cfg = config(tmp_path, save_buffers=True)
-    inbox = QueueLink()
+    inbox = TransitionQueue()
     for b in episodes(0, 4):
         inbox.send(b)
     first = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, QueueLink(), console=False)
     first.run(max_groups=2)
     ready = (len(first.online), len(first.anchor))
     assert ready[0] > 0 and ready[1] > 0
-    second = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, QueueLink(), QueueLink(), console=False)
+    second = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, TransitionQueue(), QueueLink(), console=False)
     assert (len(second.online), len(second.anchor)) == ready
     assert second.anchor.successes.lengths() == first.anchor.successes.lengths()
     for learner in (first, second):
@@ -163,7 +163,7 @@ def test_buffers_survive_a_restart_when_enabled(tmp_path):
 def test_rate_limit_pauses_updates_until_more_transitions_arrive(tmp_path):
     # 2 critic + 1 actor updates of 16 samples: 48 samples per group; 40 transitions allow 60.
     cfg = config(tmp_path, max_samples_per_insert=1.5)
-    inbox = QueueLink()
+    inbox = TransitionQueue()
     learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, QueueLink(), console=False)
     for b in episodes(0, 4):  # 40 transitions, stored before the loop starts
         learner.ingest(b)
@@ -185,13 +185,13 @@ def test_rate_limit_pauses_updates_until_more_transitions_arrive(tmp_path):
 
 def test_prefetched_batches_train_the_same_loop(tmp_path):
     cfg = config(tmp_path, prefetch_batches=2)
-    inbox, outbox = QueueLink(), QueueLink()
+    inbox, outbox = TransitionQueue(), QueueLink()
     for b in episodes(0, 4):
         inbox.send(b)
     learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
     assert learner.prefetch == 2
     learner.run(max_groups=3)
-    assert [u.version for u in outbox.drain()] == [1, 2, 3]
+    assert [u.policy_version for u in outbox.drain()] == [1, 2, 3]
     assert not any(t.name == "prefetch" and t.is_alive() for t in threading.enumerate())
     learner.online.close()
     learner.anchor.close()
@@ -210,7 +210,7 @@ def test_demonstration_prefixes_follow_the_policys_trained_max_delay():
 @pytest.mark.parametrize("algorithm", [AlgorithmKind.rapi, AlgorithmKind.bc])
 def test_the_policys_learning_rate_anneals_over_the_runs_group_budget(tmp_path, algorithm):
     cfg = config(tmp_path, algorithm=algorithm, policy_lr=1e-3, policy_lr_end=0.1, max_groups=4)
-    inbox, outbox = QueueLink(), QueueLink()
+    inbox, outbox = TransitionQueue(), QueueLink()
     for b in episodes(0, 6):
         inbox.send(b)
     learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
@@ -222,3 +222,14 @@ def test_the_policys_learning_rate_anneals_over_the_runs_group_budget(tmp_path, 
     assert learner.algorithm.policy_opt.param_groups[0]["lr"] == pytest.approx(expected[-1])
     learner.online.close()
     learner.anchor.close()
+
+
+def test_in_process_transitions_are_numbered_per_actor_in_one_stream():
+    inbox = TransitionQueue()
+    assert isinstance(inbox, BatchReceiver) and inbox.ledger is None
+    for actor, episode in (("a", 0), ("b", 1), ("a", 2)):
+        inbox.send(episode_batch(actor, episode, range(3)))
+    items = [inbox.recv_item(0.1) for _ in range(3)]
+    assert [(i.actor_id, i.seq) for i in items if i is not None] == [("a", 0), ("b", 0), ("a", 1)]
+    assert {i.stream for i in items if i is not None} == {inbox.stream}
+    assert inbox.recv_item(0.0) is None

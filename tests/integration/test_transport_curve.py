@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from robotrl.cli import main as cli_main
-from robotrl.transport.transitions import TransitionReceiver, TransitionSender
-from robotrl.transport.weights import WeightPublisher, WeightSubscriber
+from robotrl.transport.transition_receiver import TransitionReceiver
+from robotrl.transport.transitions import TransitionSender
+from robotrl.transport.weight_subscriber import WeightSubscriber
+from robotrl.transport.weights import WeightPublisher
 from robotrl.wire.auth import ClientKeys, client_keys, generate, server_keys
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -16,7 +16,8 @@ import msgpack
 import zmq
 
 from robotrl.transport import protocol as p
-from robotrl.transport.transitions import TransitionReceiver, TransitionSender
+from robotrl.transport.transition_receiver import TransitionReceiver
+from robotrl.transport.transitions import TransitionSender
 from robotrl.wire.codec import Message, encode
 from robotrl.wire.messages import transition_batch_to_message
 

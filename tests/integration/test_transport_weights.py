@@ -12,7 +12,8 @@ import torch
 
 from robotrl.actor.slots import PolicySlots
 from robotrl.transport.hotswap import expected_layout, install, module_tensors
-from robotrl.transport.weights import WeightPublisher, WeightSubscriber
+from robotrl.transport.weight_subscriber import WeightSubscriber
+from robotrl.transport.weights import WeightPublisher
 
 sys.path.insert(0, str(Path(__file__).parent))
 from doubles import LinearChunkPolicy
@@ -39,7 +40,7 @@ def test_a_late_subscriber_gets_only_the_newest_version(tmp_path):
     sub = subscriber(endpoint, expected=LAYOUT)
     try:
         update = sub.recv(20.0)
-        assert update is not None and update.version == 104
+        assert update is not None and update.policy_version == 104
         assert float(update.tensors["w"][0, 0]) == 4.0
         assert sub.recv(0.5) is None  # no backlog follows
         assert sub.stats()["pieces"] == 1
@@ -60,7 +61,8 @@ def test_a_restarted_publisher_is_noticed_and_picked_up_again(tmp_path):
         )
         pub, _ = start_publisher(tmp_path / "pub", endpoint, versions=3)
         update = sub.recv(20.0)
-        assert update is not None and update.version == 102  # its newest, though its versions restarted
+        # its newest, though its versions restarted
+        assert update is not None and update.policy_version == 102
     finally:
         sub.close()
         pub.kill()
@@ -115,7 +117,7 @@ def test_nan_or_wrong_shape_updates_are_refused_the_old_weights_stay_and_inferen
         update = sub.latest()
         if update is not None:
             slots.stage(update)
-        return slots.version if slots.swap_if_staged() else None
+        return slots.policy_version if slots.swap_if_staged() else None
 
     x = torch.ones(1, 16)
     try:
@@ -137,7 +139,7 @@ def test_nan_or_wrong_shape_updates_are_refused_the_old_weights_stay_and_inferen
             learner.weight.add_(1.0)
         newer = pub.publish(module_tensors(learner))
         assert wait_for(installed, 20, "a good update after the bad ones") == newer
-        assert torch.equal(slots.active.net.weight, learner.weight) and slots.version == newer
+        assert torch.equal(slots.active.net.weight, learner.weight) and slots.policy_version == newer
     finally:
         sub.close()
         pub.close()

@@ -27,7 +27,8 @@ import numpy as np
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.types import Observation, Transition
 from robotrl.transport.ledger import SeqLedger
-from robotrl.transport.transitions import TransitionReceiver, TransitionSender
+from robotrl.transport.transition_receiver import TransitionReceiver
+from robotrl.transport.transitions import TransitionSender
 from robotrl.transport.weights import WeightPublisher
 
 HEARTBEAT_S = 0.2
@@ -91,7 +92,9 @@ def actor(endpoint: str, actor_id: str, n: str, period_s: str, spool_dir: str) -
 
 
 def publisher(endpoint: str, out_path: str, versions: str) -> None:
-    pub = WeightPublisher(endpoint, heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S, start_version=100)
+    pub = WeightPublisher(
+        endpoint, heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S, start_policy_version=100
+    )
     for v in range(int(versions)):
         pub.publish({"w": np.full((64, 64), v, np.float32), "b": np.zeros(64, np.float32)})
     write_endpoint(Path(out_path), pub.endpoint)

@@ -33,33 +33,33 @@ def bias_update(version: int, value: float) -> WeightUpdate:
 
 def test_a_swap_during_a_load_does_not_wait_and_finds_nothing_to_swap():
     spare = GatedLoadPolicy()
-    slots = PolicySlots(TickPolicy(horizon=4), spare, version=1)
+    slots = PolicySlots(TickPolicy(horizon=4), spare, policy_version=1)
     loader = threading.Thread(target=slots.stage, args=(bias_update(2, 0.5),))
     loader.start()
     assert spare.loading.wait(10)
     assert slots.swap_if_staged() is False  # returns at once although the load is under way
-    assert slots.version == 1 and slots.newest_version == 1
+    assert slots.policy_version == 1 and slots.newest_version == 1
     spare.gate.set()
     loader.join(10)
-    assert slots.newest_version == 2 and slots.version == 1
+    assert slots.newest_version == 2 and slots.policy_version == 1
     assert slots.swap_if_staged() is True
-    assert slots.version == 2 and float(slots.active.trainable_tensors()["bias"][0]) == 0.5
+    assert slots.policy_version == 2 and float(slots.active.trainable_tensors()["bias"][0]) == 0.5
 
 
 def test_stale_and_misshapen_updates_are_refused_and_counted():
-    slots = PolicySlots(TickPolicy(horizon=4), TickPolicy(horizon=4), version=3)
+    slots = PolicySlots(TickPolicy(horizon=4), TickPolicy(horizon=4), policy_version=3)
     assert slots.stage(bias_update(3, 0.5)) is False
     bad = WeightUpdate.build(4, {"bias": np.zeros(2, np.float32)}, subset="trainable")
     assert slots.stage(bad) is False
     assert slots.refused == {"stale_version": 1, "layout": 1}
-    assert slots.swap_if_staged() is False and slots.version == 3
+    assert slots.swap_if_staged() is False and slots.policy_version == 3
 
 
 def test_a_newer_update_replaces_a_staged_one_before_the_swap():
     slots = PolicySlots(TickPolicy(horizon=4), TickPolicy(horizon=4))
     assert slots.stage(bias_update(1, 0.25)) and slots.stage(bias_update(2, 0.75))
     assert slots.newest_version == 2
-    assert slots.swap_if_staged() and slots.version == 2
+    assert slots.swap_if_staged() and slots.policy_version == 2
     assert float(slots.active.trainable_tensors()["bias"][0]) == 0.75
 
 
@@ -92,7 +92,7 @@ def test_the_loader_thread_and_the_inference_thread_never_mix_versions():
     deadline = time.monotonic() + 30
     while not done.is_set() and time.monotonic() < deadline:
         slots.swap_if_staged()
-        seen.append((slots.version, float(slots.active.trainable_tensors()["bias"][0])))
+        seen.append((slots.policy_version, float(slots.active.trainable_tensors()["bias"][0])))
     assert done.is_set()
     assert all(float(v) == b or v == 0 for v, b in seen)  # the active weights are always its version's
     assert [v for v, _ in seen] == sorted(v for v, _ in seen)

@@ -103,7 +103,12 @@ def test_weight_update_survives_the_wire_and_keeps_its_version():
     tensors = {"head.w": np.arange(12, dtype=np.float32).reshape(3, 4), "head.b": np.zeros(3, np.float16)}
     update = WeightUpdate.build(17, tensors, subset="trainable", created_time=1.5)
     got = message_to_weight_update(over_the_wire(weight_update_to_message(update, "learner")))
-    assert (got.version, got.subset, got.digest, got.created_time) == (17, "trainable", update.digest, 1.5)
+    assert (got.policy_version, got.subset, got.digest, got.created_time) == (
+        17,
+        "trainable",
+        update.digest,
+        1.5,
+    )
     for name, t in tensors.items():
         np.testing.assert_array_equal(got.tensors[name], t)
 

@@ -11,7 +11,7 @@ from robotrl.core.batch import TransitionBatch
 from robotrl.core.types import Observation, Transition
 from robotrl.learner.journal import Journal, restored_ledger
 from robotrl.transport.ledger import SeqLedger
-from robotrl.transport.transitions import Received
+from robotrl.transport.transition_receiver import Received
 
 
 def batch(index: int) -> TransitionBatch:

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from robotrl.core.types import WeightUpdate
-from robotrl.transport.hotswap import expected_layout, install, load_parameters, module_tensors
-from robotrl.transport.weights import WeightRefused
+from robotrl.policy.weights import load_parameters
+from robotrl.transport.hotswap import expected_layout, install, module_tensors
+from robotrl.transport.weight_checks import WeightRefused
 
 
 def test_zero_copy_install_makes_the_module_use_the_received_buffers():

@@ -11,7 +11,8 @@ from robotrl.core.types import WeightUpdate
 from robotrl.transport.heartbeat import Liveness
 from robotrl.transport.ledger import RangeSet, SeqLedger
 from robotrl.transport.spool import Spool, SpoolFullError
-from robotrl.transport.weights import WeightRefused, all_finite, split_pieces, verify
+from robotrl.transport.weight_checks import WeightRefused, all_finite, verify
+from robotrl.transport.weights import split_pieces
 from robotrl.wire.codec import Message, encode
 
 

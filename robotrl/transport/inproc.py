@@ -1,7 +1,7 @@
 """In-process links: a thread-safe queue behind the Sender and Receiver protocols.
 
 The learner is written against :class:`~robotrl.core.protocols.Sender` and
-:class:`~robotrl.core.protocols.Receiver`; in one process (tests, benchmarks, a
+:class:`~robotrl.core.protocols.BatchReceiver`; in one process (tests, benchmarks, a
 learner and actor sharing a host without ZeroMQ) these queues stand in for the
 sockets. Bounded: ``send`` refuses instead of blocking when the queue is full.
 """
@@ -9,6 +9,10 @@ sockets. Bounded: ``send`` refuses instead of blocking when the queue is full.
 from __future__ import annotations
 
 import queue
+
+from robotrl.core.batch import TransitionBatch
+from robotrl.transport.transition_receiver import Received
+from robotrl.transport.transitions import new_stream_id
 
 
 class QueueLink[T]:
@@ -46,3 +50,26 @@ class QueueLink[T]:
 
     def close(self) -> None:
         self.closed = True
+
+
+class TransitionQueue(QueueLink[TransitionBatch]):
+    """The in-process transition stream, as a :class:`~robotrl.core.protocols.BatchReceiver`.
+
+    Batches are numbered per actor as they are received, in a stream of this queue's own;
+    it keeps no ledger, since nothing queued outlives the process.
+    """
+
+    ledger = None
+
+    def __init__(self, maxsize: int = 1024) -> None:
+        super().__init__(maxsize)
+        self.stream = new_stream_id()
+        self._next_seq: dict[str, int] = {}
+
+    def recv_item(self, timeout_s: float) -> Received | None:
+        batch = self.recv(timeout_s)
+        if batch is None:
+            return None
+        seq = self._next_seq.get(batch.actor_id, 0)
+        self._next_seq[batch.actor_id] = seq + 1
+        return Received(batch.actor_id, self.stream, seq, batch)

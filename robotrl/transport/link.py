@@ -1,0 +1,293 @@
+"""The skeleton every ZeroMQ link shares: a server loop and a client loop on their own threads.
+
+A link has a binding side (:class:`LinkServer`: authenticator, ROUTER, bind, then a
+poll loop) and a connecting side (:class:`LinkClient`: DEALER, heartbeats, and a fresh
+socket when the peer falls silent). What a link *says* (batches and acks, weight
+pieces and wants) lives in its handler, which the loop calls on its I/O thread: the
+handler never touches a socket, it only answers callbacks and calls ``send``.
+Socket options, CURVE and binding to OS-assigned ports are :mod:`.sockets`'.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import zmq
+
+from robotrl.config.transport import TransportConfig
+from robotrl.transport.background import lower_priority
+from robotrl.transport.heartbeat import Liveness
+from robotrl.transport.sockets import bind, client_socket, server_socket, start_authenticator
+from robotrl.wire.auth import ClientKeys, ServerKeys, client_keys, server_keys
+from robotrl.wire.codec import Message, WireError, decode
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+POLL_MS = 5
+"""The longest a loop waits for a message while it has nothing else to do."""
+_RECV_BURST = 256
+"""A server reads at most this many messages per pass, so its own sends are not starved."""
+
+
+def server_options(cfg: TransportConfig) -> dict[str, Any]:
+    """The keyword arguments a link's binding side takes from the transport config."""
+    keys = server_keys(cfg.keys_dir) if cfg.curve else None
+    return {"heartbeat_s": cfg.heartbeat_s, "peer_timeout_s": cfg.peer_timeout_s, "keys": keys}
+
+
+def client_options(cfg: TransportConfig) -> dict[str, Any]:
+    """The keyword arguments a link's connecting side takes from the transport config."""
+    keys = client_keys(cfg.keys_dir) if cfg.curve else None
+    return {"heartbeat_s": cfg.heartbeat_s, "peer_timeout_s": cfg.peer_timeout_s, "keys": keys}
+
+
+class Delivery(enum.Enum):
+    """What became of a message a server sent to one peer."""
+
+    SENT = "sent"
+    FULL = "full"  # the peer's queue is full: try again on a later pass
+    GONE = "gone"  # the peer is unreachable (ROUTER_MANDATORY): forget it
+
+
+class ServerHandler(Protocol):
+    """What a link's binding side does on its I/O thread."""
+
+    def wait_ms(self) -> int:
+        """How long the next poll may wait: 0 while there is work to send."""
+        ...
+
+    def on_message(self, route: bytes, message: Message) -> None:
+        """A decoded message from the peer at ``route``; raise WireError to refuse it."""
+        ...
+
+    def on_rejected(self, error: WireError) -> None:
+        """A message that did not decode, or that :meth:`on_message` refused."""
+        ...
+
+    def after_poll(self) -> None:
+        """The link's own work between two polls (acks, pieces, dropping silent peers)."""
+        ...
+
+
+class ClientHandler(Protocol):
+    """What a link's connecting side does on its I/O thread."""
+
+    def on_start(self) -> None:
+        """Once, on the I/O thread, before the first poll."""
+        ...
+
+    def before_poll(self) -> None:
+        """The caller's hand-offs, taken before each poll."""
+        ...
+
+    def wait_ms(self) -> int:
+        """How long the next poll may wait: 0 while there is work to send."""
+        ...
+
+    def on_message(self, message: Message) -> None:
+        """A decoded message from the peer; raise WireError to refuse it."""
+        ...
+
+    def on_rejected(self, error: WireError) -> None:
+        """A message that did not decode, or that :meth:`on_message` refused."""
+        ...
+
+    def beat(self) -> None:
+        """Send this link's heartbeat (its peer answers it)."""
+        ...
+
+    def on_reconnect(self) -> None:
+        """The socket was rebuilt after the peer fell silent: forget what was in flight."""
+        ...
+
+    def after_poll(self) -> None:
+        """The link's own sending between two polls."""
+        ...
+
+
+class LinkServer:
+    """The binding side of a link: a ROUTER served by one background thread.
+
+    Call :meth:`start` once the handler is ready to be called; it returns when the
+    socket is bound (or raises RuntimeError naming ``what`` when it cannot be).
+    ``mandatory`` makes a send to a vanished peer report :attr:`Delivery.GONE`.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        keys: ServerKeys | None,
+        handler: ServerHandler,
+        *,
+        what: str,
+        thread_name: str,
+        mandatory: bool = False,
+    ) -> None:
+        self.endpoint = endpoint
+        self._keys = keys
+        self._handler = handler
+        self._what = what
+        self._mandatory = mandatory
+        self._sock: zmq.Socket[bytes] | None = None
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
+
+    def start(self) -> None:
+        """Bind and start serving; :attr:`endpoint` is then the endpoint bound."""
+        requested = self.endpoint
+        self._thread.start()
+        if not self._ready.wait(10.0) or self._error is not None:
+            self._stop.set()
+            raise RuntimeError(f"{self._what} could not bind {requested}: {self._error}")
+
+    def send(self, route: bytes, frames: Sequence[Any]) -> Delivery:
+        """Send ``frames`` to the peer at ``route`` without waiting (I/O thread only)."""
+        assert self._sock is not None
+        try:
+            self._sock.send_multipart([route, *frames], flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return Delivery.FULL
+        except zmq.ZMQError:  # EHOSTUNREACH: that peer is gone
+            return Delivery.GONE
+        return Delivery.SENT
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        auth = None
+        try:
+            auth = start_authenticator(ctx, self._keys)
+            sock = server_socket(ctx, zmq.ROUTER, self._keys)
+            if self._mandatory:
+                sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            self.endpoint = bind(sock, self.endpoint)
+        except Exception as exc:  # reported to start(), which raises
+            self._error = exc
+            self._ready.set()
+            ctx.term()
+            return
+        self._sock = sock
+        self._ready.set()
+        try:
+            while not self._stop.is_set():
+                if sock.poll(self._handler.wait_ms(), zmq.POLLIN):
+                    self._receive(sock)
+                self._handler.after_poll()
+        finally:
+            sock.close(linger=0)
+            if auth is not None:
+                auth.stop()
+            ctx.term()
+
+    def _receive(self, sock: zmq.Socket[bytes]) -> None:
+        for _ in range(_RECV_BURST):
+            try:
+                frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            try:
+                self._handler.on_message(frames[0].bytes, decode(frames[1:]))
+            except WireError as exc:
+                self._handler.on_rejected(exc)
+
+
+class LinkClient:
+    """The connecting side of a link: a DEALER, heartbeats, and reconnects, on one thread.
+
+    The client beats every ``live.period_s``; the handler marks the peer heard through
+    :attr:`live`. A peer heard once and then silent past ``live.timeout_s`` gets a
+    fresh socket (a restarted peer, a dead TCP connection), and the handler is told.
+    The thread runs at low priority: it shares the actor's process with its control loop.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        keys: ClientKeys | None,
+        handler: ClientHandler,
+        live: Liveness,
+        *,
+        who: str,
+        peer: str,
+        thread_name: str,
+    ) -> None:
+        self.endpoint = endpoint
+        self.live = live
+        self._keys = keys
+        self._handler = handler
+        self._who = who
+        self._peer = peer
+        self._sock: zmq.Socket[bytes] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def send(self, frames: Sequence[Any], *, copy: bool = True) -> bool:
+        """Send ``frames`` without waiting (I/O thread only); False while not connected."""
+        assert self._sock is not None
+        try:
+            self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=copy)
+        except zmq.Again:
+            return False
+        return True
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5.0)
+
+    def _connect(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
+        sock = client_socket(ctx, zmq.DEALER, self._keys)
+        sock.connect(self.endpoint)
+        self.live.forget()
+        self._sock = sock
+        return sock
+
+    def _run(self) -> None:
+        lower_priority()
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        sock = self._connect(ctx)
+        handler = self._handler
+        handler.on_start()
+        try:
+            while not self._stop.is_set():
+                handler.before_poll()
+                if sock.poll(handler.wait_ms(), zmq.POLLIN):
+                    self._receive(sock)
+                if self.live.beat_due():
+                    handler.beat()
+                if self.live.last_heard is not None and not self.live.alive():
+                    log.warning(
+                        "%s: %s silent for %.1fs; reconnecting", self._who, self._peer, self.live.timeout_s
+                    )
+                    sock.close(linger=0)
+                    sock = self._connect(ctx)
+                    handler.on_reconnect()
+                handler.after_poll()
+        finally:
+            sock.close(linger=0)
+            ctx.term()
+
+    def _receive(self, sock: zmq.Socket[bytes]) -> None:
+        while True:
+            try:
+                frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            try:
+                self._handler.on_message(decode(frames))
+            except WireError as exc:
+                self._handler.on_rejected(exc)

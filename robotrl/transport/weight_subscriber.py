@@ -1,0 +1,230 @@
+"""The weight channel's actor side: reassembled, verified, then handed out; latest wins.
+
+The subscriber's background thread (a DEALER; the protocol is in :mod:`.weights`)
+says every heartbeat which version it has, reassembles the pieces the publisher
+streams and hands out an update only when it is complete, its tensors match the
+expected names, shapes and dtypes, every float is finite and the BLAKE3 digest
+matches; anything else is refused with a logged, counted reason and the old weights
+stay. :meth:`WeightSubscriber.latest` never blocks: the inference worker polls it
+between two inferences.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import numpy.typing as npt
+
+from robotrl.config.transport import TransportConfig
+from robotrl.core.types import WeightsHasher, WeightUpdate
+from robotrl.transport import protocol as p
+from robotrl.transport.background import Counters
+from robotrl.transport.heartbeat import Liveness
+from robotrl.transport.link import POLL_MS, Clock, LinkClient, client_options
+from robotrl.transport.weight_checks import REFUSALS, Layout, WeightRefused, check_complete, check_tensor
+from robotrl.wire.auth import ClientKeys
+from robotrl.wire.codec import Message, WireError, encode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Assembly:
+    """An update being received: pieces checked and hashed as they arrive."""
+
+    version: int
+    subset: str
+    created_time: float
+    count: int
+    tensors: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+    hasher: WeightsHasher = field(default_factory=lambda: WeightsHasher(threads=1))
+    next_index: int = 0
+
+
+class WeightSubscriber:
+    """Actor side: connects to the publisher; :meth:`latest` returns verified updates only."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        expected: Layout | None = None,
+        have_policy_version: int = -1,
+        heartbeat_s: float = 1.0,
+        peer_timeout_s: float = 5.0,
+        keys: ClientKeys | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.endpoint = endpoint
+        self._expected = expected
+        self._have = have_policy_version
+        self._live = Liveness(heartbeat_s, peer_timeout_s, clock)
+        self._link = LinkClient(
+            endpoint, keys, self, self._live, who="weights", peer="publisher", thread_name="weights-sub"
+        )
+        self._publisher_session: str | None = None
+        self._assembly: _Assembly | None = None
+        self._skip_version = -1  # a version refused for its content: the rest of it is ignored
+        self._restart = False
+        self._lock = threading.Lock()
+        self._ready_update: WeightUpdate | None = None
+        self._arrived = threading.Condition(self._lock)
+        self._counts = Counters(
+            "pieces", "verified", "superseded", "stale", "reconnects", *(f"refused_{r}" for r in REFUSALS)
+        )
+        self._link.start()
+
+    @classmethod
+    def from_config(cls, cfg: TransportConfig, **overrides: Any) -> WeightSubscriber:
+        kwargs = client_options(cfg)
+        kwargs.update(overrides)
+        return cls(cfg.weights_endpoint, **kwargs)
+
+    def latest(self) -> WeightUpdate | None:
+        """The newest verified update not yet taken, or None; never blocks."""
+        with self._lock:
+            update, self._ready_update = self._ready_update, None
+            return update
+
+    def recv(self, timeout_s: float) -> WeightUpdate | None:
+        """:class:`~robotrl.core.protocols.Receiver` form: wait up to ``timeout_s`` for an update."""
+        with self._arrived:
+            self._arrived.wait_for(lambda: self._ready_update is not None, timeout=max(0.0, timeout_s))
+            update, self._ready_update = self._ready_update, None
+            return update
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = self._counts.snapshot()
+        out["policy_version"] = self._have
+        out["publisher_alive"] = self._live.alive()
+        return out
+
+    def close(self) -> None:
+        self._link.close()
+
+    # -- I/O thread: the link's ClientHandler ----------------------------------------------
+
+    def on_start(self) -> None:
+        """Nothing carried over from an earlier run: the publisher resends its newest version."""
+
+    def before_poll(self) -> None:
+        """Nothing handed off by the caller: updates only arrive."""
+
+    def wait_ms(self) -> int:
+        return POLL_MS
+
+    def beat(self) -> None:
+        want = p.control(p.WANT, "actor", have=self._have, restart=self._restart)
+        if self._link.send(encode(want)):  # else not connected: the missing reply tells us so
+            self._restart = False
+
+    def on_message(self, message: Message) -> None:
+        self._live.heard()  # anything from the publisher is a sign of life
+        try:
+            if message.kind == p.WBEAT:
+                self._on_beat(p.meta_str(message, "session"), p.meta_int(message, "latest", lo=-1))
+            elif message.kind == p.WPIECE:
+                self._on_piece(message)
+            elif message.kind == p.WSEAL:
+                self._on_seal(message)
+            else:
+                raise WireError("schema", f"unexpected kind {message.kind!r} from the publisher")
+        except WeightRefused as exc:
+            if exc.reason != "partial":  # its content is bad: ignore the rest of this version
+                self._skip_version = message.seq
+            self._refuse(exc.reason, str(exc))
+
+    def on_rejected(self, error: WireError) -> None:
+        self._live.heard()
+        self._refuse("malformed", str(error))
+
+    def on_reconnect(self) -> None:
+        self._assembly = None
+        self._counts.add("reconnects")
+
+    def after_poll(self) -> None:
+        if self._restart:
+            self.beat()
+
+    def _on_beat(self, session: str, latest: int) -> None:
+        if session != self._publisher_session:
+            if self._publisher_session is not None and latest < self._have:
+                log.warning(
+                    "weights: publisher restarted at version %d below ours (%d); accepting its versions",
+                    latest,
+                    self._have,
+                )
+                self._have = -1
+            self._publisher_session = session
+
+    def _on_piece(self, message: Message) -> None:
+        self._counts.add("pieces")
+        version = message.seq
+        if version == self._skip_version:
+            return
+        index, count = p.meta_int(message, "index"), p.meta_int(message, "count", lo=1)
+        if version <= self._have:
+            self._counts.add("stale")
+            return
+        asm = self._assembly
+        if index == 0:
+            if asm is not None:
+                self._counts.add("superseded" if version > asm.version else "refused_partial")
+            subset = message.meta.get("subset")
+            if subset not in ("full", "trainable"):
+                raise WireError("schema", f"weights subset {subset!r} is not 'full' or 'trainable'")
+            created = p.meta_number(message, "created_time")
+            asm = self._assembly = _Assembly(version, str(subset), created, count)
+        elif asm is None or asm.version != version or asm.next_index != index or asm.count != count:
+            self._lost_track(f"version {version}: piece {index} arrived out of order")
+        self._assembly = None  # until this piece passes, the assembly is void
+        for name, arr in message.arrays.items():
+            if name in asm.tensors:
+                raise WeightRefused("names", f"version {version}: tensor {name!r} sent twice")
+            check_tensor(name, arr, self._expected)
+            try:
+                asm.hasher.update(name, arr)
+            except ValueError as exc:
+                raise WeightRefused("partial", f"version {version}: {exc}") from exc
+            asm.tensors[name] = arr
+        asm.next_index += 1
+        self._assembly = asm
+
+    def _on_seal(self, message: Message) -> None:
+        version = message.seq
+        if version == self._skip_version:
+            return
+        asm = self._assembly
+        if version <= self._have:
+            self._counts.add("stale")
+            return
+        if asm is None or asm.version != version or asm.next_index != asm.count:
+            self._lost_track(f"version {version}: sealed before all its pieces arrived")
+        self._assembly = None
+        if p.meta_int(message, "count", lo=1) != asm.count:
+            raise WeightRefused("partial", f"version {version}: seal counts a different number of pieces")
+        check_complete(asm.tensors.keys(), asm.subset, self._expected)
+        digest = p.meta_str(message, "digest")
+        if asm.hasher.hexdigest() != digest:
+            raise WeightRefused("digest", f"version {version}: tensors do not match the digest")
+        update = WeightUpdate(asm.version, asm.tensors, digest, asm.subset, asm.created_time)
+        self._have = update.policy_version
+        self._counts.add("verified")
+        with self._arrived:
+            if self._ready_update is not None:
+                self._counts.add("superseded")  # never taken: the newer one wins
+            self._ready_update = update
+            self._arrived.notify_all()
+
+    def _lost_track(self, detail: str) -> NoReturn:
+        self._assembly = None
+        self._restart = True  # ask for the whole version again
+        raise WeightRefused("partial", detail)
+
+    def _refuse(self, reason: str, detail: str) -> None:
+        self._counts.add(f"refused_{reason}")
+        log.warning("weights: refused update (%s); keeping the old weights", detail)
