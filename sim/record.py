@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,53 +32,14 @@ from robotrl.sim.registry import task_of
 from robotrl.sim.so101 import Array
 
 from robotrl.config.schema import RobotRLConfig
-from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY, Observation
+from robotrl.core.types import Observation
+from robotrl.data.lerobot_dataset import DatasetWriter
 
-ROBOT_TYPE = "so101_follower"
+RECORDED_COLUMNS = ("state", "images", "instruction", "action", "reward", "terminated", "truncated")
+"""What a demonstration records of each tick (robotrl.core.columns names)."""
 MAX_ATTEMPTS_PER_EPISODE = 3
 """record.keep_failures=false: attempts per episode asked for before recording gives up (an
 expert that cannot solve the task under this config would otherwise loop forever)."""
-
-
-def dataset_features(
-    state_names: Sequence[str],
-    camera_shapes: Mapping[str, tuple[int, int, int]],
-    video: bool,
-    action_names: Sequence[str] = so101.ACTION_NAMES,
-    extra: Mapping[str, dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """The lerobot feature spec of a recorded dataset; ``extra`` adds columns (the actor's stamps)."""
-    features: dict[str, Any] = {
-        STATE_KEY: {"dtype": "float32", "shape": (len(state_names),), "names": list(state_names)},
-        ACTION_KEY: {"dtype": "float32", "shape": (len(action_names),), "names": list(action_names)},
-        "next.reward": {"dtype": "float32", "shape": (1,), "names": None},
-        "next.done": {"dtype": "bool", "shape": (1,), "names": None},
-        "next.success": {"dtype": "bool", "shape": (1,), "names": None},
-    }
-    for cam, shape in camera_shapes.items():
-        features[IMAGE_KEY_PREFIX + cam] = {
-            "dtype": "video" if video else "image",
-            "shape": tuple(shape),
-            "names": ["height", "width", "channels"],
-        }
-    features.update(extra or {})
-    return features
-
-
-def create_dataset(root: Path, repo_id: str, fps: float, features: dict[str, Any], video: bool) -> Any:
-    """An empty local LeRobotDataset at ``root`` (never pushed to a hub)."""
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
-    cameras = [k for k, f in features.items() if f["dtype"] in ("image", "video")]
-    return LeRobotDataset.create(
-        repo_id=repo_id,
-        fps=round(fps),
-        features=features,
-        root=root,
-        robot_type=ROBOT_TYPE,
-        use_videos=video,
-        image_writer_threads=2 if cameras else 0,
-    )
 
 
 def record(cfg: RobotRLConfig) -> int:
@@ -115,8 +75,9 @@ def record(cfg: RobotRLConfig) -> int:
     )
     keep = np.array([env.state_names.index(n) for n in names])
     shapes = {cam: (e.image_size, e.image_size, 3) for cam in env.cameras}
-    features = dataset_features(names, shapes, rec.video)
-    dataset = create_dataset(root, rec.repo_id, e.control_hz, features, rec.video)
+    dataset = DatasetWriter(
+        root, rec.repo_id, e.control_hz, RECORDED_COLUMNS, (names, so101.ACTION_NAMES), shapes, rec.video
+    )
     expert = make_expert(e.id, noise=rec.expert_noise, seed=cfg.seed)
     dart = Dart(rec.dart_noise, seed=cfg.seed)
     misses = DeliberateMiss(e.id, rec.miss_rate, rec.miss_offset, rec.expert_noise, cfg.seed)
@@ -132,11 +93,11 @@ def record(cfg: RobotRLConfig) -> int:
                 saved += 1
                 successes += success
             else:
-                dataset.clear_episode_buffer()
+                dataset.discard_episode()
             progress.update(bar, completed=saved, info=f"success {successes}/{saved}")
     dataset.finalize()
     env.close()
-    frames = dataset.meta.total_frames
+    frames = dataset.frames
     aimed_off = f"; {misses.missed} first grasps aimed off" if rec.miss_rate > 0 else ""
     discarded = attempts - saved
     dropped = f"; {discarded} failed attempts discarded" if discarded else ""
@@ -205,7 +166,13 @@ class DeliberateMiss:
 
 
 def _episode(
-    env: SO101Env, expert: Any, dart: Dart, misses: DeliberateMiss, dataset: Any, keep: Array, seed: int
+    env: SO101Env,
+    expert: Any,
+    dart: Dart,
+    misses: DeliberateMiss,
+    dataset: DatasetWriter,
+    keep: Array,
+    seed: int,
 ) -> bool:
     obs, _ = env.reset(seed=seed)
     expert.reset()
@@ -216,17 +183,16 @@ def _episode(
         observation = Observation(tick=tick, state=obs["state"], instruction=instruction)
         executed, action = misses(observation, expert.act(observation))
         nxt, reward, terminated, truncated, info = env.step(dart(executed))
-        frame: dict[str, Any] = {
-            STATE_KEY: obs["state"][keep],
-            ACTION_KEY: action,
-            "next.reward": np.array([reward], dtype=np.float32),
-            "next.done": np.array([terminated or truncated]),
-            "next.success": np.array([info["is_success"]]),
-            "task": instruction,
+        values = {
+            "state": obs["state"][keep],
+            "images": {cam: obs[cam] for cam in env.cameras},
+            "instruction": instruction,
+            "action": action,
+            "reward": reward,
+            "terminated": terminated,
+            "truncated": truncated,
         }
-        for cam in env.cameras:
-            frame[IMAGE_KEY_PREFIX + cam] = obs[cam]
-        dataset.add_frame(frame)
+        dataset.add(values, success=bool(info["is_success"]))
         obs, tick = nxt, tick + 1
         if terminated or truncated:
             return bool(info["is_success"])

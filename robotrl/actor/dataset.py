@@ -3,9 +3,9 @@ control thread.
 
 The recorder is a :data:`~robotrl.actor.recorder.TransitionSink`: the control loop hands it
 batches of transitions, which go on a bounded queue and return at once; a writer thread
-turns them into lerobot frames (state, cameras, executed action, reward, done, success)
-plus the actor's stamps as extra columns (proposed action, policy version, chunk id,
-row in the chunk, delay, intervention, reset seed, actor episode, tick, times), and
+turns them into lerobot frames holding every transition column (robotrl.core.columns: state,
+cameras, executed and proposed action, reward, done, policy version, chunk id, row in the
+chunk, delay, intervention, actor episode, tick, times) plus each episode's reset seed, and
 saves each episode when it ends. In wall-clock time a full queue drops the batch and
 counts it (the robot never waits on a disk); in virtual time the loop waits instead,
 so nothing is ever lost. The dataset layout is ``robotrl record``'s, so pretraining,
@@ -21,40 +21,15 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY, TASK_KEY, EnvSpec, Transition
+from robotrl.core.columns import COLUMNS
+from robotrl.core.types import EnvSpec, Transition
+from robotrl.data.lerobot_dataset import SEED_FEATURE, DatasetWriter
 
 log = logging.getLogger(__name__)
 
 MAX_PENDING_FRAMES = 4096
 """Frames the writer may lag behind the control loop (about 2 min at 30 Hz; ~230 MB with two
 96x96 cameras) before a wall-clock actor drops and counts."""
-
-
-def _scalar(dtype: str) -> dict[str, Any]:
-    return {"dtype": dtype, "shape": (1,), "names": None}
-
-
-def actor_columns(spec: EnvSpec) -> dict[str, dict[str, Any]]:
-    """The extra lerobot features of an actor recording."""
-    return {
-        "proposed_action": {
-            "dtype": "float32",
-            "shape": (spec.action_dim,),
-            "names": list(spec.action_names),
-        },
-        "policy_version": _scalar("int64"),
-        "chunk_id": _scalar("int64"),
-        "index_in_chunk": _scalar("int64"),
-        "delay_ticks": _scalar("int64"),
-        "intervention": _scalar("bool"),
-        "seed": _scalar("int64"),
-        "actor_episode": _scalar("int64"),
-        "tick": _scalar("int64"),
-        "obs_time": _scalar("float64"),
-        "action_time": _scalar("float64"),
-    }
 
 
 class DatasetRecorder:
@@ -76,8 +51,6 @@ class DatasetRecorder:
         repo_id: str = "local/actor",
         max_pending_frames: int = MAX_PENDING_FRAMES,
     ) -> None:
-        from robotrl.sim.record import create_dataset, dataset_features
-
         self.root = Path(root)
         if self.root.exists():
             if not overwrite:
@@ -90,10 +63,16 @@ class DatasetRecorder:
         self.seed_base = seed_base
         self.block = block
         self.max_pending = max_pending_frames
-        features = dataset_features(
-            spec.state_names, spec.camera_shapes, video, spec.action_names, actor_columns(spec)
+        self._dataset = DatasetWriter(
+            self.root,
+            repo_id,
+            spec.control_hz,
+            [c.name for c in COLUMNS],
+            (spec.state_names, spec.action_names),
+            spec.camera_shapes,
+            video,
+            extra={SEED_FEATURE: "int64"},
         )
-        self._dataset = create_dataset(self.root, repo_id, spec.control_hz, features, video)
         self._pending: deque[list[Transition] | None] = deque()
         self._pending_frames = 0
         self._cond = threading.Condition()
@@ -184,29 +163,9 @@ class DatasetRecorder:
     def _add(self, t: Transition) -> None:
         if self._episode is not None and t.episode_id != self._episode:
             self._save()  # an episode stopped without a done flag (Ctrl-C, a failure)
-        obs = t.observation
-        frame: dict[str, Any] = {
-            STATE_KEY: np.asarray(obs.state, np.float32),
-            ACTION_KEY: np.asarray(t.action, np.float32),
-            "next.reward": np.array([t.reward], np.float32),
-            "next.done": np.array([t.done]),
-            "next.success": np.array([t.terminated]),  # robotrl's envs terminate on success only
-            TASK_KEY: obs.instruction or self.spec.instruction,
-            "proposed_action": np.asarray(t.proposed_action, np.float32),
-            "policy_version": np.array([t.policy_version], np.int64),
-            "chunk_id": np.array([t.chunk_id], np.int64),
-            "index_in_chunk": np.array([t.index_in_chunk], np.int64),
-            "delay_ticks": np.array([t.delay_ticks], np.int64),
-            "intervention": np.array([t.intervention]),
-            "seed": np.array([self.seed_base + t.episode_id], np.int64),
-            "actor_episode": np.array([t.episode_id], np.int64),
-            "tick": np.array([t.tick], np.int64),
-            "obs_time": np.array([t.obs_time], np.float64),
-            "action_time": np.array([t.action_time], np.float64),
-        }
-        for cam in self.spec.camera_shapes:
-            frame[IMAGE_KEY_PREFIX + cam] = obs.images[cam]
-        self._dataset.add_frame(frame)
+        values = {c.name: c.of(t) for c in COLUMNS}
+        values["instruction"] = t.observation.instruction or self.spec.instruction
+        self._dataset.add(values, extra={SEED_FEATURE: self.seed_base + t.episode_id})
         self._episode = t.episode_id
         self.frames += 1
         if t.done:

@@ -14,6 +14,7 @@ before sending) is reported beside it, in transitions per second.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import statistics
 import time
@@ -25,7 +26,8 @@ import numpy.typing as npt
 
 from robotrl.bench.report import report
 from robotrl.core.batch import TransitionBatch
-from robotrl.core.types import Observation, Transition
+from robotrl.core.columns import ARRAY_COLUMNS
+from robotrl.core.types import Transition
 from robotrl.wire.codec import decode, encode
 from robotrl.wire.messages import message_to_transition_batch, transition_batch_to_message
 
@@ -36,38 +38,46 @@ CAMERAS = ("front", "wrist")
 IMAGE_SIZE = 96
 
 
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """The sizes of a :func:`random_batch` (a :class:`~robotrl.core.columns.Dims`)."""
+
+    state_dim: int = STATE_DIM
+    action_dim: int = ACTION_DIM
+    image_size: int = IMAGE_SIZE
+
+
+def random_batch(
+    n: int, cameras: tuple[str, ...], rng: np.random.Generator, sizes: Sizes | None = None
+) -> TransitionBatch:
+    """``n`` consecutive ticks of one actor's episode, the last ending it with a next observation;
+    every other column of the schema (:data:`~robotrl.core.columns.COLUMNS`) holds random values."""
+    dims = sizes or Sizes()
+    size = dims.image_size
+    columns = {c.name: _random((n, *c.row_shape(dims)), c.dtype, rng) for c in ARRAY_COLUMNS}
+    last = np.arange(n) == n - 1
+    columns.update(tick=np.arange(n), episode_id=np.full(n, 7), terminated=last, truncated=np.zeros(n, bool))
+    images = {c: rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8) for c in cameras}
+    rows = TransitionBatch.of(
+        "actor-0", columns, images, ("pick the cube", "place it"), np.arange(n, dtype=np.int32) % 2
+    )
+    nxt = {c.name: _random((1, *c.row_shape(dims)), c.dtype, rng) for c in ARRAY_COLUMNS if c.next_name}
+    nxt["tick"] = np.array([n], np.int64)
+    return rows.ending_with(nxt, {c: img[-1:].copy() for c, img in images.items()})
+
+
 def make_transitions(n: int, cameras: tuple[str, ...], rng: np.random.Generator) -> list[Transition]:
-    """``n`` consecutive transitions of one actor, the last ending its episode."""
-    out = []
-    for i in range(n):
-        images = {c: rng.integers(0, 256, (IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8) for c in cameras}
-        obs = Observation(
-            i, rng.standard_normal(STATE_DIM, dtype=np.float32), images, "pick the cube", 0.01 * i
-        )
-        action = rng.standard_normal(ACTION_DIM, dtype=np.float32)
-        last = i == n - 1
-        out.append(
-            Transition(
-                actor_id="actor-0",
-                episode_id=7,
-                tick=i,
-                observation=obs,
-                action=action,
-                proposed_action=action,
-                reward=float(last),
-                terminated=last,
-                truncated=False,
-                intervention=False,
-                chunk_id=i // 32,
-                index_in_chunk=i % 32,
-                policy_version=3,
-                delay_ticks=4,
-                obs_time=0.01 * i,
-                action_time=0.01 * i + 0.001,
-                next_observation=obs if last else None,
-            )
-        )
-    return out
+    """:func:`random_batch` as one :class:`Transition` per tick."""
+    return random_batch(n, cameras, rng).to_transitions()
+
+
+def _random(shape: tuple[int, ...], dtype: np.dtype[Any], rng: np.random.Generator) -> npt.NDArray[Any]:
+    """Random values of ``dtype``: normal floats, small integers, fair flags."""
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    return rng.integers(0, 1000, shape).astype(dtype)
 
 
 def codec_round_trip(batch: TransitionBatch) -> TransitionBatch:

@@ -65,38 +65,29 @@ def bench_spec() -> EnvSpec:
 def synthetic_batch(rng: np.random.Generator, episode: int, first_tick: int, last: bool) -> TransitionBatch:
     """64 ticks of one episode, the last batch of an episode ending it with a next observation."""
     n = BATCH_TRANSITIONS
-    zeros_f, zeros_b = np.zeros(n, np.float64), np.zeros(n, np.bool_)
     ends = np.zeros(n, np.bool_)
     ends[-1] = last
-    m = int(last)
     action = rng.uniform(-1, 1, (n, 6)).astype(np.float32)
-    return TransitionBatch(
-        actor_id="actor-0",
-        state=rng.standard_normal((n, STATE_DIM), dtype=np.float32),
-        images={c: rng.integers(0, 256, (n, *IMAGE), dtype=np.uint8) for c in CAMERAS},
-        action=action,
-        proposed_action=action,
-        reward=ends.astype(np.float32),
-        terminated=zeros_b,
-        truncated=ends,
-        intervention=zeros_b,
-        episode_id=np.full(n, episode, np.int64),
-        tick=first_tick + np.arange(n, dtype=np.int64),
-        chunk_id=(first_tick + np.arange(n)) // 8,
-        index_in_chunk=(first_tick + np.arange(n)) % 8,
-        policy_version=np.zeros(n, np.int64),
-        delay_ticks=np.full(n, 4, np.int64),
-        obs_time=zeros_f,
-        action_time=zeros_f,
-        obs_timestamp=zeros_f,
-        instructions=("pick the cube",),
-        instruction_index=np.zeros(n, np.int32),
-        next_rows=np.array([n - 1] * m, np.int64),
-        next_state=np.zeros((m, STATE_DIM), np.float32),
-        next_images={c: np.zeros((m, *IMAGE), np.uint8) for c in CAMERAS},
-        next_tick=np.array([first_tick + n] * m, np.int64),
-        next_timestamp=np.zeros(m, np.float64),
-    )
+    ticks = first_tick + np.arange(n)
+    columns = {
+        "state": rng.standard_normal((n, STATE_DIM), dtype=np.float32),
+        "action": action,
+        "proposed_action": action,
+        "reward": ends.astype(np.float32),
+        "truncated": ends,
+        "episode_id": np.full(n, episode, np.int64),
+        "tick": ticks,
+        "chunk_id": ticks // 8,
+        "index_in_chunk": ticks % 8,
+        "policy_version": np.zeros(n, np.int64),
+        "delay_ticks": np.full(n, 4, np.int64),
+    }
+    images = {c: rng.integers(0, 256, (n, *IMAGE), dtype=np.uint8) for c in CAMERAS}
+    batch = TransitionBatch.of("actor-0", columns, images, ("pick the cube",))
+    if not last:
+        return batch
+    next_images = {c: np.zeros((1, *IMAGE), np.uint8) for c in CAMERAS}
+    return batch.ending_with({"state": np.zeros((1, STATE_DIM)), "tick": [first_tick + n]}, next_images)
 
 
 class Stream:

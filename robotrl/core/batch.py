@@ -4,30 +4,26 @@ One :class:`Transition` per tick is convenient to build and read; thousands per
 second are not. A :class:`TransitionBatch` stacks the same fields column by
 column so the wire carries a few large frames and the replay buffer copies whole
 slices. :meth:`TransitionBatch.from_transitions` and
-:meth:`TransitionBatch.to_transitions` convert losslessly.
+:meth:`TransitionBatch.to_transitions` convert losslessly. The columns and their
+dtypes are :data:`robotrl.core.columns.COLUMNS`; the fields below are their typed view.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from robotrl.core.columns import ARRAY_COLUMNS, IMAGES, Column, Shape
 from robotrl.core.types import Observation, Transition
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
-
-#: Per-row integer columns, in Transition field order.
-INT_COLUMNS = ("episode_id", "tick", "chunk_id", "index_in_chunk", "policy_version", "delay_ticks")
-#: Per-row flag columns.
-BOOL_COLUMNS = ("terminated", "truncated", "intervention")
-#: Per-row float64 time columns (seconds, logs only).
-TIME_COLUMNS = ("obs_time", "action_time", "obs_timestamp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,19 +62,21 @@ class TransitionBatch:
     next_timestamp: npt.NDArray[np.float64]
 
     def __post_init__(self) -> None:
-        """Check that every column agrees on N (and M for next observations)."""
-        n = len(self.state)
-        if self.state.ndim != 2:
-            raise ValueError(f"state must be (N, state_dim), got {self.state.shape}")
-        if self.action.ndim != 2 or self.proposed_action.shape != self.action.shape:
-            raise ValueError(
-                f"action {self.action.shape} and proposed_action {self.proposed_action.shape} "
-                "must both be (N, action_dim)"
-            )
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, np.ndarray) and not f.name.startswith("next_") and len(value) != n:
-                raise ValueError(f"column {f.name!r} has {len(value)} rows, state has {n}")
+        """Check that every column agrees on N (and M for next observations) and on its row shape."""
+        n, m = len(self.state), len(self.next_rows)
+        if self.state.ndim != 2 or self.action.ndim != 2:
+            raise ValueError(f"state {self.state.shape} and action {self.action.shape} must be (N, dim)")
+        rows = {Shape.SCALAR: (), Shape.STATE: self.state.shape[1:], Shape.ACTION: self.action.shape[1:]}
+        for c in ARRAY_COLUMNS:
+            want = (n, *rows[c.shape])
+            if getattr(self, c.name).shape != want:
+                raise ValueError(f"column {c.name!r} must be {want}, got {getattr(self, c.name).shape}")
+            if c.next_name and getattr(self, c.next_name).shape != (m, *want[1:]):
+                raise ValueError(
+                    f"{c.next_name!r} must be {(m, *want[1:])}, got {getattr(self, c.next_name).shape}"
+                )
+        if len(self.instruction_index) != n:
+            raise ValueError(f"instruction_index has {len(self.instruction_index)} rows, state has {n}")
         for cam, img in self.images.items():
             if img.ndim != 4 or len(img) != n or img.shape[3] != 3:
                 raise ValueError(f"images[{cam!r}] must be (N, H, W, 3), got {img.shape}")
@@ -86,16 +84,11 @@ class TransitionBatch:
             self.instruction_index.min() < 0 or self.instruction_index.max() >= len(self.instructions)
         ):
             raise ValueError("instruction_index points outside instructions")
-        m = len(self.next_rows)
         if m:
             if self.next_rows.min() < 0 or self.next_rows.max() >= n:
                 raise ValueError("next_rows points outside the batch")
             if (np.diff(self.next_rows) <= 0).any():
                 raise ValueError("next_rows must be strictly ascending")
-        if self.next_state.shape != (m, self.state.shape[1]):
-            raise ValueError(f"next_state must be ({m}, {self.state.shape[1]}), got {self.next_state.shape}")
-        if len(self.next_tick) != m or len(self.next_timestamp) != m:
-            raise ValueError("next_tick and next_timestamp need one entry per next_rows entry")
         if set(self.next_images) != set(self.images):
             raise ValueError("next_images must have the same cameras as images")
         for cam, img in self.next_images.items():
@@ -118,6 +111,57 @@ class TransitionBatch:
         return total
 
     @classmethod
+    def of(
+        cls,
+        actor_id: str,
+        columns: Mapping[str, Any],
+        images: Mapping[str, npt.NDArray[np.uint8]] | None = None,
+        instructions: Sequence[str] = ("",),
+        instruction_index: npt.NDArray[np.int32] | None = None,
+    ) -> TransitionBatch:
+        """A batch of the given ``columns`` (state and action at least), every other column at its
+        default (:data:`~robotrl.core.columns.COLUMNS`), no next observation. Rows without an
+        ``instruction_index`` all have the first instruction."""
+        state, action = columns["state"], columns["action"]
+        n, images = len(state), dict(images or {})
+        arrays = {
+            c.name: np.asarray(columns[c.name], c.dtype)
+            if c.name in columns
+            else np.full((n, *_row_shape(c, state, action)), c.default, c.dtype)
+            for c in ARRAY_COLUMNS
+        }
+        return cls(
+            actor_id=actor_id,
+            images=images,
+            instructions=tuple(instructions),
+            instruction_index=np.zeros(n, np.int32) if instruction_index is None else instruction_index,
+            next_rows=np.zeros(0, np.int64),
+            next_images={c: np.zeros((0, *img.shape[1:]), np.uint8) for c, img in images.items()},
+            **arrays,
+            **{
+                c.next_name: np.zeros((0, *arrays[c.name].shape[1:]), c.dtype)
+                for c in ARRAY_COLUMNS
+                if c.next_name
+            },
+        )
+
+    def ending_with(
+        self, next_columns: Mapping[str, Any], next_images: Mapping[str, npt.NDArray[np.uint8]]
+    ) -> TransitionBatch:
+        """This batch with a next observation after its last row: ``next_columns`` holds one row of
+        the observed columns (``state``, ``tick``, ...) by column name; one it lacks holds its default."""
+        fields_: dict[str, Any] = {
+            c.next_name: np.asarray(next_columns[c.name], c.dtype)
+            if c.name in next_columns
+            else np.full((1, *getattr(self, c.name).shape[1:]), c.default, c.dtype)
+            for c in ARRAY_COLUMNS
+            if c.next_name
+        }
+        return replace(
+            self, next_rows=np.array([len(self) - 1], np.int64), next_images=dict(next_images), **fields_
+        )
+
+    @classmethod
     def from_transitions(cls, transitions: Sequence[Transition]) -> TransitionBatch:
         """Stack ``transitions`` (one actor, same shapes and cameras) into columns."""
         if not transitions:
@@ -137,88 +181,99 @@ class TransitionBatch:
         index = [instructions.setdefault(t.observation.instruction, len(instructions)) for t in transitions]
         ends = [i for i, t in enumerate(transitions) if t.next_observation is not None]
         nexts = [t.next_observation for t in transitions if t.next_observation is not None]
-        state_dim = len(first.observation.state)
-
-        def stack(values: list[Any], dtype: Any, empty_shape: tuple[int, ...]) -> Any:
-            if not values:
-                return np.zeros(empty_shape, dtype=dtype)
-            return np.stack(values).astype(dtype, copy=False)
-
+        arrays = {c.name: _stack([c.of(t) for t in transitions], c) for c in ARRAY_COLUMNS}
+        next_arrays = {
+            c.next_name: _stack([attrgetter(_in_observation(c))(o) for o in nexts], c, arrays[c.name])
+            for c in ARRAY_COLUMNS
+            if c.next_name
+        }
         return cls(
             actor_id=first.actor_id,
-            state=stack([t.observation.state for t in transitions], np.float32, (0, state_dim)),
-            images={c: stack([t.observation.images[c] for t in transitions], np.uint8, ()) for c in cams},
-            action=stack([t.action for t in transitions], np.float32, ()),
-            proposed_action=stack([t.proposed_action for t in transitions], np.float32, ()),
-            reward=np.array([t.reward for t in transitions], dtype=np.float32),
-            terminated=np.array([t.terminated for t in transitions], dtype=np.bool_),
-            truncated=np.array([t.truncated for t in transitions], dtype=np.bool_),
-            intervention=np.array([t.intervention for t in transitions], dtype=np.bool_),
-            episode_id=np.array([t.episode_id for t in transitions], dtype=np.int64),
-            tick=np.array([t.tick for t in transitions], dtype=np.int64),
-            chunk_id=np.array([t.chunk_id for t in transitions], dtype=np.int64),
-            index_in_chunk=np.array([t.index_in_chunk for t in transitions], dtype=np.int64),
-            policy_version=np.array([t.policy_version for t in transitions], dtype=np.int64),
-            delay_ticks=np.array([t.delay_ticks for t in transitions], dtype=np.int64),
-            obs_time=np.array([t.obs_time for t in transitions], dtype=np.float64),
-            action_time=np.array([t.action_time for t in transitions], dtype=np.float64),
-            obs_timestamp=np.array([t.observation.timestamp for t in transitions], dtype=np.float64),
+            images={
+                c: np.stack([t.observation.images[c] for t in transitions]).astype(np.uint8, copy=False)
+                for c in cams
+            },
             instructions=tuple(instructions),
             instruction_index=np.array(index, dtype=np.int32),
             next_rows=np.array(ends, dtype=np.int64),
-            next_state=stack([o.state for o in nexts], np.float32, (0, state_dim)),
             next_images={
-                c: stack([o.images[c] for o in nexts], np.uint8, (0, *first.observation.images[c].shape))
+                c: _stack(
+                    [o.images[c] for o in nexts], IMAGES, np.zeros((0, *first.observation.images[c].shape))
+                )
                 for c in cams
             },
-            next_tick=np.array([o.tick for o in nexts], dtype=np.int64),
-            next_timestamp=np.array([o.timestamp for o in nexts], dtype=np.float64),
+            **arrays,
+            **next_arrays,
         )
 
     def to_transitions(self) -> list[Transition]:
         """One :class:`Transition` per row; arrays are views into this batch, not copies."""
-        next_obs: dict[int, Observation] = {}
-        for j, row in enumerate(self.next_rows.tolist()):
-            next_obs[row] = Observation(
-                tick=int(self.next_tick[j]),
-                state=self.next_state[j],
-                images=MappingProxyType({c: v[j] for c, v in self.next_images.items()}),
-                instruction=self.instructions[self.instruction_index[row]],
-                timestamp=float(self.next_timestamp[j]),
-            )
-        ints = {c: getattr(self, c).tolist() for c in INT_COLUMNS}
-        flags = {c: getattr(self, c).tolist() for c in BOOL_COLUMNS}
-        times = {c: getattr(self, c).tolist() for c in TIME_COLUMNS}
-        rewards = self.reward.tolist()
+        scalars = {c.name: getattr(self, c.name).tolist() for c in ARRAY_COLUMNS if c.shape is Shape.SCALAR}
+        rows = {c.name: getattr(self, c.name) for c in ARRAY_COLUMNS if c.shape is not Shape.SCALAR}
         instruction_index = self.instruction_index.tolist()
+        next_of = {row: j for j, row in enumerate(self.next_rows.tolist())}
         out = []
         for i in range(len(self)):
-            obs = Observation(
-                tick=ints["tick"][i],
-                state=self.state[i],
-                images=MappingProxyType({c: v[i] for c, v in self.images.items()}),
-                instruction=self.instructions[instruction_index[i]],
-                timestamp=times["obs_timestamp"][i],
-            )
+            values = {name: v[i] for name, v in (*scalars.items(), *rows.items())}
+            instruction = self.instructions[instruction_index[i]]
+            observation = self._observation(values, self.images, i, instruction)
+            next_observation = None
+            if i in next_of:
+                j = next_of[i]
+                next_values = {
+                    c.name: getattr(self, c.next_name)[j].item()
+                    if c.shape is Shape.SCALAR
+                    else getattr(self, c.next_name)[j]
+                    for c in ARRAY_COLUMNS
+                    if c.next_name
+                }
+                next_observation = self._observation(next_values, self.next_images, j, instruction)
+            fields_of = {c.source: values[c.name] for c in ARRAY_COLUMNS if not c.source.startswith(_OBS)}
             out.append(
                 Transition(
                     actor_id=self.actor_id,
-                    episode_id=ints["episode_id"][i],
-                    tick=ints["tick"][i],
-                    observation=obs,
-                    action=self.action[i],
-                    proposed_action=self.proposed_action[i],
-                    reward=rewards[i],
-                    terminated=flags["terminated"][i],
-                    truncated=flags["truncated"][i],
-                    intervention=flags["intervention"][i],
-                    chunk_id=ints["chunk_id"][i],
-                    index_in_chunk=ints["index_in_chunk"][i],
-                    policy_version=ints["policy_version"][i],
-                    delay_ticks=ints["delay_ticks"][i],
-                    obs_time=times["obs_time"][i],
-                    action_time=times["action_time"][i],
-                    next_observation=next_obs.get(i),
+                    observation=observation,
+                    next_observation=next_observation,
+                    **fields_of,
                 )
             )
         return out
+
+    @staticmethod
+    def _observation(
+        values: Mapping[str, Any], images: Mapping[str, npt.NDArray[np.uint8]], row: int, instruction: str
+    ) -> Observation:
+        """The observation of one row from its column values (a row's own or its next one's)."""
+        observed = {
+            _in_observation(c): values[c.name]
+            for c in ARRAY_COLUMNS
+            if c.name in values and c.source.startswith(_OBS)
+        }
+        return Observation(
+            tick=values["tick"],
+            images=MappingProxyType({c: v[row] for c, v in images.items()}),
+            instruction=instruction,
+            **observed,
+        )
+
+
+_OBS = "observation."
+
+
+def _in_observation(column: Column) -> str:
+    """Where an :class:`Observation` holds ``column`` (the tick is both the transition's and its
+    observation's)."""
+    return column.source.removeprefix(_OBS)
+
+
+def _row_shape(column: Column, state: npt.NDArray[Any], action: npt.NDArray[Any]) -> tuple[int, ...]:
+    """A column's row shape, the dimensions read off the given state and action columns."""
+    dims = {Shape.STATE: state.shape[1:], Shape.ACTION: action.shape[1:], Shape.SCALAR: ()}
+    return tuple(dims[column.shape])
+
+
+def _stack(values: list[Any], column: Column, like: npt.NDArray[Any] | None = None) -> Any:
+    """``values`` as one array of ``column``'s dtype; an empty list takes ``like``'s row shape."""
+    if not values:
+        return np.zeros((0, *(() if like is None else like.shape[1:])), column.dtype)
+    return np.asarray(np.stack(values) if np.ndim(values[0]) else values).astype(column.dtype, copy=False)

@@ -167,6 +167,9 @@ class Transition:
     during an intervention); ``proposed_action`` is what the policy asked for.
     ``next_observation`` is set only on the last transition of an episode, so the
     learner can bootstrap a truncated episode without doubling the stream's size.
+    The fields are the typed view of :data:`robotrl.core.columns.COLUMNS`, where each
+    column's dtype, shape and default are declared (tests/unit/test_columns.py checks
+    that they agree).
     """
 
     actor_id: str

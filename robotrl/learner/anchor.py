@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from robotrl.core.batch import TransitionBatch
-from robotrl.learner.replay import Added, Batch, ChunkReplay, ReplaySpec, concat
+from robotrl.learner.replay import Added, ChunkReplay, ReplaySpec
+from robotrl.learner.samples import Batch, concat
 
 SLOTS_FILE = "slots.json"
 """Beside the success slots' rows in a checkpoint: which slot holds which episode length."""

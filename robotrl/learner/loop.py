@@ -33,7 +33,8 @@ from robotrl.learner.checkpoint import Checkpointer, Counters
 from robotrl.learner.journal import LEDGER_FILE, Journal, load_ledger
 from robotrl.learner.metrics import MetricsLog
 from robotrl.learner.prefetch import Prefetcher
-from robotrl.learner.replay import VERSION_KEY, Batch, ChunkReplay, ReplayError, concat
+from robotrl.learner.replay import ChunkReplay, ReplayError
+from robotrl.learner.samples import VERSION_KEY, Batch, concat
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from torch import nn
 from robotrl.config.learner import AdvantageKind, LearnerConfig
 from robotrl.core.types import ACTION_MASK_KEY, IMAGE_KEY_PREFIX, STATE_KEY
 from robotrl.learner.nets import Critic
-from robotrl.learner.replay import (
+from robotrl.learner.samples import (
     ACTOR_SAMPLE_KEY,
     DISCOUNT_KEY,
     DONE_KEY,

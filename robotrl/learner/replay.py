@@ -53,21 +53,19 @@ sample is built from rows, never stored twice:
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import shutil
-import tempfile
 import threading
-import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from robotrl.core.batch import TransitionBatch
+from robotrl.core.columns import FINITE
 from robotrl.core.types import (
     ACTION_KEY,
     ACTION_MASK_KEY,
@@ -76,45 +74,20 @@ from robotrl.core.types import (
     STATE_KEY,
     TASK_KEY,
 )
-
-NEXT_PREFIX = "next."
-"""Next-state keys are the observation keys with this prefix: ``next.observation.state``."""
-ACTOR_SAMPLE_KEY = "actor_sample"
-"""bool (B,): whether the actor may learn from the sample (a chunk start, a demonstration window,
-or a window that starts on a tick a person drove)."""
-POLICY_MASK_KEY = "policy_mask"
-"""bool (B, H): the rows the actor may learn from: a chunk start's own chunk (the rows it
-produced, after its committed prefix), every real row of a demonstration window, the rows a
-person drove in a window that starts on one."""
-REWARD_KEY = "reward"
-"""float32 (B,): discounted reward sum over the chunk's real actions."""
-DISCOUNT_KEY = "discount"
-"""float32 (B,): ``gamma ** m`` for the chunk's ``m`` real actions (the bootstrap factor)."""
-DONE_KEY = "done"
-"""bool (B,): the episode terminated within the chunk (no bootstrap)."""
-VERSION_KEY = "policy_version"
-"""int64 (B,): policy version that produced the start tick's action (-1: not a policy's)."""
-INTERVENTION_KEY = "intervention"
-"""bool (B,): a human intervened on some real action of the chunk."""
-RETURN_TO_GO_KEY = "return_to_go"
-"""float32 (B,): discounted reward sum from the start tick to its episode's end; NaN while the
-episode is open (or if it was cut before its end)."""
-
-Batch = dict[str, Any]
-
-
-def padded_rows(rows: npt.NDArray[np.int64], starts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """The storage rows of each window (B, H), a missing row (-1, past the episode's end)
-    replaced by the window's last real one: the padding pretraining uses (policy.data).
-
-    Padding rows are outside the loss (``action_mask``), but the policy attends to every
-    row of its input; zeros there were actions the robot never took, and the pretrained
-    policy's loss on demonstration windows near an episode's end was five times its own.
-    """
-    present = rows >= 0
-    last = np.maximum.accumulate(np.where(present, np.arange(rows.shape[1]), 0), axis=1)
-    filled = np.take_along_axis(rows, last, axis=1)
-    return np.where(filled >= 0, filled, starts[:, None])
+from robotrl.learner.rows import TickRows
+from robotrl.learner.samples import (
+    ACTOR_SAMPLE_KEY,
+    DISCOUNT_KEY,
+    DONE_KEY,
+    INTERVENTION_KEY,
+    NEXT_PREFIX,
+    POLICY_MASK_KEY,
+    RETURN_TO_GO_KEY,
+    REWARD_KEY,
+    VERSION_KEY,
+    Batch,
+    padded_rows,
+)
 
 
 class ReplayError(ValueError):
@@ -180,19 +153,6 @@ class ChunkReplay:
             raise ValueError(f"{name}: capacity {capacity} must be at least 2 * horizon ({2 * spec.horizon})")
         self.spec, self.capacity, self.name = spec, capacity, name
         n, h = capacity, spec.horizon
-        self._state = np.zeros((n, spec.state_dim), np.float32)
-        self._action = np.zeros((n, spec.action_dim), np.float32)
-        self._reward = np.zeros(n, np.float32)
-        self._terminated = np.zeros(n, np.bool_)
-        self._truncated = np.zeros(n, np.bool_)
-        self._intervention = np.zeros(n, np.bool_)
-        self._episode = np.zeros(n, np.int64)
-        self._tick = np.zeros(n, np.int64)
-        self._chunk_id = np.zeros(n, np.int64)
-        self._index_in_chunk = np.zeros(n, np.int64)
-        self._version = np.full(n, -1, np.int64)
-        self._delay = np.full(n, -1, np.int64)
-        self._instruction = np.zeros(n, np.int32)
         self._serial = np.full(n, -1, np.int64)
         # Chunk samples, one per start row.
         self._ready = np.zeros(n, np.bool_)
@@ -207,18 +167,7 @@ class ChunkReplay:
         self._start_delay = np.zeros(n, np.int64)  # ... with this delay
         self._start_chunk = np.full(n, -1, np.int64)  # ... and this chunk id
 
-        self._dir = Path(tempfile.mkdtemp(prefix=f"robotrl-{name}-") if storage_dir is None else storage_dir)
-        self._dir.mkdir(parents=True, exist_ok=True)
-        # A folder this buffer made goes with it, closed or not (a dropped buffer must not fill /tmp).
-        self._remove_dir = (
-            weakref.finalize(self, shutil.rmtree, self._dir, True) if storage_dir is None else None
-        )
-        self._images: dict[str, np.memmap[Any, np.dtype[np.uint8]]] = {
-            cam: np.memmap(self._dir / f"{name}-{cam}.u8", np.uint8, "w+", shape=(n, *shape))
-            for cam, shape in spec.cameras.items()
-        }
-        self._instructions: list[str] = []
-        self._instruction_ids: dict[str, int] = {}
+        self._rows = TickRows(spec, spec.cameras, n, storage_dir, name)
         self._open: dict[str, _Cursor] = {}
         self._cursor = 0
         self._next_serial = 0
@@ -235,14 +184,10 @@ class ChunkReplay:
     def check(self, batch: TransitionBatch) -> None:
         """Raise :class:`ReplayError` naming the first mismatch between ``batch`` and the spec."""
         s, where = self.spec, f"{self.name} replay refused a batch of {len(batch)} from {batch.actor_id!r}"
-        if batch.state.shape[1] != s.state_dim:
-            raise ReplayError(
-                f"{where}: state has {batch.state.shape[1]} columns, the spec has {s.state_dim}"
-            )
-        if batch.action.shape[1] != s.action_dim:
-            raise ReplayError(
-                f"{where}: action has {batch.action.shape[1]} columns, the spec has {s.action_dim}"
-            )
+        for col, dim in (("state", s.state_dim), ("action", s.action_dim)):
+            have = getattr(batch, col).shape[1]
+            if have != dim:
+                raise ReplayError(f"{where}: {col} has {have} columns, the spec has {dim}")
         if set(batch.images) != set(s.cameras):
             raise ReplayError(f"{where}: cameras {sorted(batch.images)}, the spec has {sorted(s.cameras)}")
         for cam, shape in s.cameras.items():
@@ -250,7 +195,7 @@ class ChunkReplay:
                 raise ReplayError(
                     f"{where}: camera {cam!r} is {batch.images[cam].shape[1:]}, the spec has {tuple(shape)}"
                 )
-        for col in ("state", "action", "reward", "next_state"):
+        for col in FINITE:
             if not np.isfinite(getattr(batch, col)).all():
                 raise ReplayError(f"{where}: {col} holds NaN or infinity")
 
@@ -289,9 +234,7 @@ class ChunkReplay:
             self._return_to_go[positions] = np.nan
             self._serial[positions] = serials
             rows, nexts = positions[row_slot], positions[next_slot]
-            instr = np.array([self._instruction_id(t) for t in batch.instructions], np.int32)
-            self._write(rows, batch, instr[batch.instruction_index])
-            self._write_next(nexts, batch, instr[batch.instruction_index[batch.next_rows]])
+            self._rows.write(rows, nexts, batch)
             self._link(
                 batch,
                 stream,
@@ -301,47 +244,6 @@ class ChunkReplay:
             )
             self.rows_added += n
             return Added(rows, serials[row_slot], nexts, serials[next_slot])
-
-    def _instruction_id(self, text: str) -> int:
-        if text not in self._instruction_ids:
-            self._instruction_ids[text] = len(self._instructions)
-            self._instructions.append(text)
-        return self._instruction_ids[text]
-
-    def _write(self, rows: npt.NDArray[np.int64], b: TransitionBatch, instr: npt.NDArray[np.int32]) -> None:
-        self._state[rows] = b.state
-        self._action[rows] = b.action
-        self._reward[rows] = b.reward
-        self._terminated[rows] = b.terminated
-        self._truncated[rows] = b.truncated
-        self._intervention[rows] = b.intervention
-        self._episode[rows] = b.episode_id
-        self._tick[rows] = b.tick
-        self._chunk_id[rows] = b.chunk_id
-        self._index_in_chunk[rows] = b.index_in_chunk
-        self._version[rows] = b.policy_version
-        self._delay[rows] = b.delay_ticks
-        self._instruction[rows] = instr
-        for cam, mem in self._images.items():
-            mem[rows] = b.images[cam]
-
-    def _write_next(
-        self, rows: npt.NDArray[np.int64], b: TransitionBatch, instr: npt.NDArray[np.int32]
-    ) -> None:
-        """Next observations are rows that hold an observation and nothing else."""
-        self._state[rows] = b.next_state
-        self._action[rows] = 0.0
-        self._reward[rows] = 0.0
-        self._terminated[rows] = False
-        self._truncated[rows] = False
-        self._intervention[rows] = False
-        self._episode[rows] = b.episode_id[b.next_rows]
-        self._tick[rows] = b.next_tick
-        self._version[rows] = -1
-        self._delay[rows] = -1
-        self._instruction[rows] = instr
-        for cam, mem in self._images.items():
-            mem[rows] = b.next_images[cam]
 
     def _link(
         self,
@@ -402,8 +304,8 @@ class ChunkReplay:
         if not self.spec.intervention_penalty or not cur.rows:
             return
         prev, serial = cur.rows[-1]
-        if self._serial[prev] == serial and not self._intervention[prev]:
-            self._reward[prev] -= self.spec.intervention_penalty
+        if self._serial[prev] == serial and not self._rows["intervention"][prev]:
+            self._rows["reward"][prev] -= self.spec.intervention_penalty
 
     def _set_returns_to_go(self, rows: Sequence[tuple[int, int]]) -> None:
         """An ended episode's discounted reward sums, from its last row back (to the oldest not
@@ -412,14 +314,14 @@ class ChunkReplay:
         for pos, serial in reversed(rows):
             if self._serial[pos] != serial:
                 break
-            to_go = float(self._reward[pos]) + gamma * to_go
+            to_go = float(self._rows["reward"][pos]) + gamma * to_go
             self._return_to_go[pos] = to_go
 
     def _ready_start(self, start: int, chunk: Sequence[int], nxt: int, done: bool) -> None:
         m = len(chunk)
         self._chunk_rows[start, :m] = chunk
         self._chunk_rows[start, m:] = -1
-        self._return[start] = float(np.dot(self._reward[list(chunk)], self._discounts[:m]))
+        self._return[start] = float(np.dot(self._rows["reward"][list(chunk)], self._discounts[:m]))
         self._discount[start] = self._discounts[m]
         self._next_row[start] = nxt
         self._done[start] = done
@@ -443,7 +345,8 @@ class ChunkReplay:
         with self._lock:
             ok: npt.NDArray[np.bool_] = self._ready
             if min_version is not None:
-                ok = ok & ((self._version >= min_version) | (self._version < 0))
+                version = self._rows["policy_version"]
+                ok = ok & ((version >= min_version) | (version < 0))
             candidates = np.flatnonzero(ok)
             if candidates.size == 0:
                 raise LookupError(f"{self.name} replay has no chunk sample ready")
@@ -453,26 +356,27 @@ class ChunkReplay:
             safe = padded_rows(rows, idx)
             nxt = self._next_row[idx].astype(np.int64)
             real = self._real[idx]
-            delay = self._delay[idx]
+            col = self._rows.columns
+            delay = col["delay_ticks"][idx]
             chunk_start = self._chunk_start[idx]
             start_delay = self._start_delay[idx]
-            own_chunk = self._chunk_id[safe] == self._start_chunk[idx][:, None]
-            expert_rows = self._intervention[safe]
-            expert_start = self._intervention[idx]
+            own_chunk = col["chunk_id"][safe] == self._start_chunk[idx][:, None]
+            expert_rows = col["intervention"][safe]
+            expert_start = col["intervention"][idx]
             out: Batch = {
-                STATE_KEY: self._state[idx],
-                ACTION_KEY: self._action[safe],
+                STATE_KEY: col["state"][idx],
+                ACTION_KEY: col["action"][safe],
                 ACTION_MASK_KEY: mask,
                 REWARD_KEY: self._return[idx],
                 RETURN_TO_GO_KEY: self._return_to_go[idx],
                 DISCOUNT_KEY: self._discount[idx],
                 DONE_KEY: self._done[idx],
-                VERSION_KEY: self._version[idx],
-                INTERVENTION_KEY: (self._intervention[safe] & mask).any(axis=1),
-                TASK_KEY: [self._instructions[k] for k in self._instruction[idx].tolist()],
-                NEXT_PREFIX + STATE_KEY: self._state[nxt],
+                VERSION_KEY: col["policy_version"][idx],
+                INTERVENTION_KEY: (expert_rows & mask).any(axis=1),
+                TASK_KEY: self._rows.task(idx),
+                NEXT_PREFIX + STATE_KEY: col["state"][nxt],
             }
-            for cam, mem in self._images.items():
+            for cam, mem in self._rows.images.items():
                 out[IMAGE_KEY_PREFIX + cam] = np.asarray(mem[idx])
                 out[NEXT_PREFIX + IMAGE_KEY_PREFIX + cam] = np.asarray(mem[nxt])
         drawn = rng.integers(0, s.max_delay + 1, batch_size)
@@ -508,37 +412,14 @@ class ChunkReplay:
             if next_row is not None and self._serial[next_row[0]] != next_row[1]:
                 return None
             nxt = np.array([] if next_row is None else [next_row[0]], np.int64)
-            n = len(pos)
-            ends = np.zeros(n, np.bool_)
-            ends[-1] = True
-            empty_f = np.zeros(n, np.float64)
-            return TransitionBatch(
-                actor_id=actor_id,
-                state=self._state[pos],
-                images={c: np.asarray(m[pos]) for c, m in self._images.items()},
-                action=self._action[pos],
-                proposed_action=self._action[pos],
-                reward=self._reward[pos],
-                terminated=ends & terminated,
-                truncated=ends & (not terminated),
-                intervention=self._intervention[pos],
-                episode_id=np.full(n, episode_id, np.int64),
-                tick=self._tick[pos],
-                chunk_id=self._chunk_id[pos],
-                index_in_chunk=self._index_in_chunk[pos],
-                policy_version=self._version[pos],
-                delay_ticks=self._delay[pos],
-                obs_time=empty_f,
-                action_time=empty_f,
-                obs_timestamp=empty_f,
-                instructions=tuple(self._instructions) or ("",),
-                instruction_index=self._instruction[pos] if self._instructions else np.zeros(n, np.int32),
-                next_rows=np.array([n - 1] if len(nxt) else [], np.int64),
-                next_state=self._state[nxt],
-                next_images={c: np.asarray(m[nxt]) for c, m in self._images.items()},
-                next_tick=self._tick[nxt],
-                next_timestamp=np.zeros(len(nxt), np.float64),
-            )
+            batch = self._rows.gather(pos, nxt, actor_id)
+        ends = np.arange(len(pos)) == len(pos) - 1
+        return dataclasses.replace(
+            batch,
+            terminated=ends & terminated,
+            truncated=ends & (not terminated),
+            episode_id=np.full(len(pos), episode_id, np.int64),
+        )
 
     def clear_positions(self, positions: npt.NDArray[np.int64]) -> None:
         """Make the starts at ``positions`` unsampleable (their rows are about to be reused)."""
@@ -557,27 +438,24 @@ class ChunkReplay:
     # ----------------------------------------------------------------- persistence
 
     _ARRAYS = (
-        "_state", "_action", "_reward", "_terminated", "_truncated", "_intervention", "_episode", "_tick",
-        "_chunk_id", "_index_in_chunk", "_version", "_delay", "_instruction", "_serial", "_ready",
-        "_chunk_rows", "_next_row", "_return", "_discount", "_done", "_real", "_chunk_start", "_start_delay",
-        "_return_to_go", "_start_chunk",
+        "_serial", "_ready", "_chunk_rows", "_next_row", "_return", "_discount", "_done", "_real",
+        "_chunk_start", "_start_delay", "_return_to_go", "_start_chunk",
     )  # fmt: skip
+    """The chunk-sample arrays (the rows save themselves)."""
 
     def save(self, folder: Path) -> None:
         """Write every row, sample link and open episode to ``folder`` (.npy and JSON, no pickle)."""
         folder.mkdir(parents=True, exist_ok=True)
         with self._lock:
+            self._rows.save(folder)
             for name in self._ARRAYS:
                 np.save(folder / f"{name[1:]}.npy", getattr(self, name))
-            for cam, mem in self._images.items():
-                np.save(folder / f"images-{cam}.npy", mem)
             meta = {
                 "capacity": self.capacity,
                 "spec": [self.spec.state_dim, self.spec.action_dim, self.spec.horizon],
                 "cameras": {c: list(s) for c, s in self.spec.cameras.items()},
                 "cursor": self._cursor,
                 "next_serial": self._next_serial,
-                "instructions": self._instructions,
                 "open": {
                     k: [c.episode_id, c.last_tick, list(c.pending), c.rows] for k, c in self._open.items()
                 },
@@ -592,22 +470,18 @@ class ChunkReplay:
         cams = {c: list(s) for c, s in self.spec.cameras.items()}
         if meta["capacity"] != self.capacity or meta["spec"] != mine or meta["cameras"] != cams:
             raise ValueError(f"{folder}: saved {self.name} buffer does not match this one's capacity or spec")
-        missing = [f"{name[1:]}.npy" for name in self._ARRAYS if not (folder / f"{name[1:]}.npy").is_file()]
+        files = [*self._rows.files(), *(f"{name[1:]}.npy" for name in self._ARRAYS)]
+        missing = [f for f in files if not (folder / f).is_file()]
         if missing:
             raise ValueError(
                 f"{folder}: the saved {self.name} buffer lacks {', '.join(missing)} (written by an older"
                 " robotrl); start the learner without it (learner.resume=false or a new run_dir)"
             )
         with self._lock:
+            self._rows.load(folder)
             for name in self._ARRAYS:
                 getattr(self, name)[...] = np.load(folder / f"{name[1:]}.npy", allow_pickle=False)
-            for cam, mem in self._images.items():
-                saved = np.load(folder / f"images-{cam}.npy", mmap_mode="r", allow_pickle=False)
-                for lo in range(0, self.capacity, 4096):
-                    mem[lo : lo + 4096] = saved[lo : lo + 4096]
             self._cursor, self._next_serial = int(meta["cursor"]), int(meta["next_serial"])
-            self._instructions = list(meta["instructions"])
-            self._instruction_ids = {t: i for i, t in enumerate(self._instructions)}
             self._open = {
                 k: _Cursor(ep, tick, deque(_pairs(pending)), _pairs(rows))
                 for k, (ep, tick, pending, rows) in meta["open"].items()
@@ -615,27 +489,10 @@ class ChunkReplay:
             self.rows_added, self.refused_batches, self.refused_rows, self.dropped_starts = meta["counters"]
 
     def close(self) -> None:
-        """Release the memory maps; delete their files when this buffer created the folder."""
-        for mem in self._images.values():
-            mem._mmap.close()  # type: ignore[attr-defined]
-        self._images.clear()
-        if self._remove_dir is not None:
-            self._remove_dir()
+        """Release the memory maps; delete their folder when this buffer created it."""
+        self._rows.close()
 
 
 def _pairs(items: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
     """(position, serial) pairs back from JSON lists."""
     return [(int(p), int(s)) for p, s in items]
-
-
-def concat(batches: Sequence[Batch]) -> Batch:
-    """Samples from several buffers as one batch (same keys; lists extend, arrays stack)."""
-    if len(batches) == 1:
-        return batches[0]
-    out: Batch = {}
-    for key, first in batches[0].items():
-        if isinstance(first, list):
-            out[key] = [x for b in batches for x in b[key]]
-        else:
-            out[key] = np.concatenate([b[key] for b in batches])
-    return out

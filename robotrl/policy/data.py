@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import torch
-from rich.progress import Progress
 
 from robotrl.core.types import (
     ACTION_KEY,
@@ -32,12 +31,7 @@ from robotrl.core.types import (
     TASK_KEY,
     EnvSpec,
 )
-
-SUCCESS_KEY = "next.success"
-
-
-class DatasetError(ValueError):
-    """A dataset that cannot be used for pretraining; the message names what is wrong."""
+from robotrl.data.lerobot_dataset import DatasetError, RecordedDataset
 
 
 @dataclass
@@ -51,7 +45,7 @@ class Demos:
     episode_bounds: list[tuple[int, int]]
     spec: EnvSpec
     episode_success: list[bool]
-    """Whether each episode's last frame has ``next.success`` (False when the dataset lacks it)."""
+    """Whether each episode's last frame records success (False when the dataset lacks it)."""
 
     def frames_of(self, episodes: Sequence[int]) -> npt.NDArray[np.int64]:
         frames: npt.NDArray[np.int64] = np.concatenate(
@@ -69,79 +63,30 @@ class Demos:
         }
 
 
-def _names(feature: dict[str, Any], key: str, dim: int) -> tuple[str, ...]:
-    names = feature.get("names")
-    if isinstance(names, dict):  # some datasets nest names under a group, e.g. {"motors": [...]}
-        names = next(iter(names.values()), None)
-    if isinstance(names, list) and len(names) == dim:
-        return tuple(str(n) for n in names)
-    return tuple(f"{key}_{i}" for i in range(dim))
-
-
-def _uint8_hwc(image: torch.Tensor) -> npt.NDArray[np.uint8]:
-    """LeRobotDataset frames come as (3, H, W) float in [0, 1] or uint8; the policy reads uint8 HWC."""
-    if image.dtype != torch.uint8:
-        image = (image.float() * 255.0).round().clamp(0, 255).to(torch.uint8)
-    out: npt.NDArray[np.uint8] = image.permute(1, 2, 0).contiguous().numpy()
-    return out
-
-
 def load_demos(root: str | Path, cameras: Sequence[str] | None = None) -> Demos:
     """Read a local LeRobotDataset (offline) into memory.
 
     ``cameras`` None reads every camera of the dataset; a camera it lacks is an error.
     """
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
-    path = Path(root)
-    if not (path / "meta" / "info.json").is_file():
-        raise DatasetError(f"dataset={path}: not a local LeRobotDataset (no meta/info.json)")
-    ds = LeRobotDataset(repo_id=f"local/{path.name}", root=path, return_uint8=True)
-    features = ds.meta.features
-    for key in (STATE_KEY, ACTION_KEY):
-        if key not in features:
-            raise DatasetError(f"dataset={path}: has no {key!r} feature (has {sorted(features)})")
-    available = [k.removeprefix(IMAGE_KEY_PREFIX) for k in ds.meta.camera_keys]
-    chosen = list(available if cameras is None else cameras)
-    missing = [c for c in chosen if c not in available]
-    if missing:
-        raise DatasetError(f"dataset={path}: has no camera {missing} (has {available})")
-    n = ds.num_frames
-    if n == 0:
-        raise DatasetError(f"dataset={path}: has no frames")
-    state_dim = int(features[STATE_KEY]["shape"][0])
-    action_dim = int(features[ACTION_KEY]["shape"][0])
-    shapes = {c: tuple(int(x) for x in features[IMAGE_KEY_PREFIX + c]["shape"]) for c in chosen}
-    state = np.empty((n, state_dim), np.float32)
-    action = np.empty((n, action_dim), np.float32)
-    images = {c: np.empty((n, *shapes[c]), np.uint8) for c in chosen}
-    tasks: list[str] = []
-    episode = np.empty(n, np.int64)
-    success = np.zeros(n, bool)
-    with Progress(transient=True) as progress:
-        bar = progress.add_task(f"reading {path.name}", total=n)
-        for i in range(n):
-            item = ds[i]
-            state[i] = item[STATE_KEY].numpy()
-            action[i] = item[ACTION_KEY].numpy()
-            for c in chosen:
-                images[c][i] = _uint8_hwc(item[IMAGE_KEY_PREFIX + c])
-            tasks.append(str(item.get(TASK_KEY, "")))
-            episode[i] = int(item["episode_index"])
-            if SUCCESS_KEY in item:
-                success[i] = bool(np.asarray(item[SUCCESS_KEY]).any())
-            progress.advance(bar)
+    ds = RecordedDataset(root)
+    if len(ds) == 0:
+        raise DatasetError(f"{ds.where}: has no frames")
+    chosen = list(ds.cameras if cameras is None else cameras)
+    images = ds.images(chosen)
+    state, action, tasks = ds.column("state"), ds.column("action"), ds.tasks()
+    success = ds.column("terminated")  # lerobot's next.success; False where the dataset lacks it
+    episode = ds.episode_index
+    n = len(ds)
     starts = np.flatnonzero(np.r_[True, episode[1:] != episode[:-1]])
     bounds = [(int(s), int(e)) for s, e in zip(starts, np.r_[starts[1:], n], strict=True)]
-    low, high = action.min(0), action.max(0)
     spec = EnvSpec(
-        name=path.name,
-        action_names=_names(features[ACTION_KEY], "action", action_dim),
-        action_low=tuple(float(x) for x in low),
-        action_high=tuple(float(x) for x in high),
-        state_names=_names(features[STATE_KEY], "state", state_dim),
-        camera_shapes={c: (shapes[c][0], shapes[c][1], shapes[c][2]) for c in chosen},
-        control_hz=float(ds.fps),
+        name=ds.root.name,
+        action_names=ds.names("action"),
+        action_low=tuple(float(x) for x in action.min(0)),
+        action_high=tuple(float(x) for x in action.max(0)),
+        state_names=ds.names("state"),
+        camera_shapes={c: ds.camera_shape(c) for c in chosen},
+        control_hz=ds.fps,
         max_episode_ticks=max(e - s for s, e in bounds),
         instruction=tasks[0],
     )

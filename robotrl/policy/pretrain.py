@@ -38,9 +38,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from robotrl.config.pretrain import PretrainConfig
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core.run_folder import PRETRAIN_METRICS, append_json_line
+from robotrl.data.lerobot_dataset import DatasetError
 from robotrl.policy.average import WeightAverage
 from robotrl.policy.checkpoint import CheckpointError
-from robotrl.policy.data import ChunkSampler, DatasetError, Demos, load_demos, split_episodes
+from robotrl.policy.data import ChunkSampler, Demos, load_demos, split_episodes
 from robotrl.policy.factory import resolve_device
 from robotrl.policy.flow import FlowChunkPolicy
 

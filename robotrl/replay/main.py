@@ -26,7 +26,8 @@ from rich.table import Table
 
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core import run_folder
-from robotrl.replay.episodes import DatasetError, Episode, cameras_of, open_dataset, read_episodes
+from robotrl.data.lerobot_dataset import DatasetError, RecordedDataset
+from robotrl.replay.episodes import Episode, read_episodes
 
 console = Console(stderr=True)
 
@@ -36,7 +37,7 @@ def main(cfg: RobotRLConfig) -> int:
         print("robotrl replay: set dataset=DIR (a local LeRobotDataset)", file=sys.stderr)
         return 2
     try:
-        ds = open_dataset(cfg.dataset)
+        ds = RecordedDataset(cfg.dataset)
         episodes = read_episodes(ds, list(cfg.replay.episodes))
         mode = cfg.replay.mode
         if mode == "open_loop":
@@ -250,16 +251,14 @@ def to_learner(cfg: RobotRLConfig, episodes: list[Episode]) -> int:
 # -- view ------------------------------------------------------------------------------------
 
 
-def view(cfg: RobotRLConfig, ds: Any, episodes: list[Episode]) -> int:
+def view(cfg: RobotRLConfig, ds: RecordedDataset, episodes: list[Episode]) -> int:
     import rerun as rr
-
-    from robotrl.core.types import IMAGE_KEY_PREFIX
 
     path = Path(cfg.replay.output or Path(cfg.run_dir) / run_folder.REPLAY_RECORDING)
     path.parent.mkdir(parents=True, exist_ok=True)
     rec = rr.RecordingStream("robotrl-replay")
     rec.save(str(path))
-    cameras = cameras_of(ds)
+    cameras = ds.cameras
     for ep in track(episodes, description="writing the rerun view", console=console):
         for t, row in enumerate(ep.rows.tolist()):
             rec.set_time("tick", sequence=t)
@@ -269,13 +268,8 @@ def view(cfg: RobotRLConfig, ds: Any, episodes: list[Episode]) -> int:
                 rec.log(f"joints/{j}/action", rr.Scalars(a))
             for key, values in ep.extras.items():
                 rec.log(f"episode/{key}", rr.Scalars(float(np.asarray(values[t]).reshape(-1)[0])))
-            if cameras:
-                frame = ds[row]
-                for cam in cameras:
-                    img = np.asarray(frame[IMAGE_KEY_PREFIX + cam])
-                    if img.ndim == 3 and img.shape[0] == 3:
-                        img = img.transpose(1, 2, 0)
-                    rec.log(f"camera/{cam}", rr.Image(img))
+            for cam, img in ds.frame_images(row, cameras).items():
+                rec.log(f"camera/{cam}", rr.Image(img))
     rec.flush()
     console.print(f"rerun view of {len(episodes)} episodes: {path}  (open with: rerun {path})")
     return 0

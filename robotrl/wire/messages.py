@@ -15,7 +15,8 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from robotrl.core.batch import BOOL_COLUMNS, INT_COLUMNS, TIME_COLUMNS, TransitionBatch
+from robotrl.core.batch import TransitionBatch
+from robotrl.core.columns import ARRAY_COLUMNS, FINITE
 from robotrl.core.types import WeightUpdate, weights_digest
 from robotrl.wire.codec import Message, WireError
 
@@ -25,20 +26,13 @@ WEIGHTS: Final = "weights"
 _IMG = "img/"
 _NEXT_IMG = "next_img/"
 _TRANSITION_ARRAYS: Final = {
-    "state": np.float32,
-    "action": np.float32,
-    "proposed_action": np.float32,
-    "reward": np.float32,
-    "instruction_index": np.int32,
-    "next_rows": np.int64,
-    "next_state": np.float32,
-    "next_tick": np.int64,
-    "next_timestamp": np.float64,
-    **{c: np.int64 for c in INT_COLUMNS},
-    **{c: np.bool_ for c in BOOL_COLUMNS},
-    **{c: np.float64 for c in TIME_COLUMNS},
+    **{c.name: c.dtype for c in ARRAY_COLUMNS},
+    **{c.next_name: c.dtype for c in ARRAY_COLUMNS if c.next_name},
+    "instruction_index": np.dtype(np.int32),
+    "next_rows": np.dtype(np.int64),
 }
-_FINITE_TRANSITION_ARRAYS: Final = ("state", "action", "proposed_action", "reward", "next_state")
+"""The plain arrays of a transition message and their dtypes: every array column of the schema,
+its next-observation twin, and the batch's instruction and next-row indices."""
 
 
 def transition_batch_to_message(batch: TransitionBatch, seq: int) -> Message:
@@ -52,11 +46,7 @@ def transition_batch_to_message(batch: TransitionBatch, seq: int) -> Message:
 def non_finite_arrays(message: Message) -> list[str]:
     """Names of the arrays of a transition message that must be finite and are not: a batch
     the learner would refuse, which a sender drops instead of resending forever."""
-    return [
-        n
-        for n in _FINITE_TRANSITION_ARRAYS
-        if n in message.arrays and not np.isfinite(message.arrays[n]).all()
-    ]
+    return [n for n in FINITE if n in message.arrays and not np.isfinite(message.arrays[n]).all()]
 
 
 def message_to_transition_batch(message: Message) -> TransitionBatch:
@@ -72,14 +62,12 @@ def message_to_transition_batch(message: Message) -> TransitionBatch:
         extra = sorted(plain - set(_TRANSITION_ARRAYS))
         raise WireError("schema", f"transition arrays: missing {missing}, unexpected {extra}")
     for name, dtype in _TRANSITION_ARRAYS.items():
-        if arrays[name].dtype != np.dtype(dtype):
-            raise WireError(
-                "schema", f"transition array {name!r} is {arrays[name].dtype}, expected {np.dtype(dtype)}"
-            )
+        if arrays[name].dtype != dtype:
+            raise WireError("schema", f"transition array {name!r} is {arrays[name].dtype}, expected {dtype}")
     for cam, img in (*images.items(), *next_images.items()):
         if img.dtype != np.uint8:
             raise WireError("schema", f"camera {cam!r} is {img.dtype}, expected uint8")
-    for name in _FINITE_TRANSITION_ARRAYS:
+    for name in FINITE:
         if not np.isfinite(arrays[name]).all():
             raise WireError("non_finite", f"transition array {name!r} holds NaN or inf")
     instructions = message.meta.get("instructions")

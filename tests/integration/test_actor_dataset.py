@@ -115,7 +115,7 @@ class _SlowDataset:
     def __init__(self, gate: threading.Event) -> None:
         self.gate, self.frames, self.saved = gate, 0, 0
 
-    def add_frame(self, frame: dict) -> None:
+    def add(self, values: dict, success: bool | None = None, extra: dict | None = None) -> None:
         self.gate.wait()
         self.frames += 1
 

@@ -52,7 +52,7 @@ def buffer_rows(checkpoint: Path) -> Counter[tuple[int, int]]:
     folder = checkpoint / "buffers" / "online"
     meta = json.loads((folder / "replay.json").read_text())
     cursor = int(meta["cursor"])
-    episode = np.load(folder / "episode.npy")[:cursor]
+    episode = np.load(folder / "episode_id.npy")[:cursor]
     tick = np.load(folder / "tick.npy")[:cursor]
     return Counter((int(e), int(t)) for e, t in zip(episode, tick, strict=True) if t < TICKS)
 

@@ -16,7 +16,7 @@ from robotrl.core.protocols import BatchReceiver
 from robotrl.core.run_folder import LEARNER_METRICS
 from robotrl.core.types import EnvSpec
 from robotrl.learner.main import build_learner, replay_spec
-from robotrl.learner.replay import VERSION_KEY
+from robotrl.learner.samples import VERSION_KEY
 from robotrl.transport.inproc import QueueLink, TransitionQueue
 
 CAMS = {"front": (16, 16, 3)}

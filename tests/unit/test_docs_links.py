@@ -31,15 +31,6 @@ SKIPPED_FOLDERS = {".git", ".venv", "build", "dist", "runs", "outputs", "multiru
 """Generated or local folders (the .gitignore's), never walked."""
 
 _FOLDERS = "|".join(re.escape(f) for f in SOURCE_FOLDERS)
-PENDING = frozenset(
-    {
-        "robotrl/core/columns.py",  # schema area
-        "robotrl/data/lerobot_dataset.py",  # schema area
-        "robotrl/learner/rows.py",  # schema area
-    }
-)
-"""Modules of issue 30's target layout that the docs already name and parallel branches create.
-Empty it once they are merged: :func:`test_pending_modules_are_still_missing` fails until then."""
 MENTION = re.compile(rf"(?<![\w./<>*$-])((?:{_FOLDERS})/[\w./-]*\.(?:{'|'.join(FILE_SUFFIXES)}))(?![\w*<>-])")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -113,14 +104,10 @@ def test_every_file_mention_resolves():
             f"{path.relative_to(ROOT)}: {mention}"
             for path, text in prose_by_file()
             for mention in mentions(text)
-            if not (ROOT / mention).exists() and mention not in PENDING
+            if not (ROOT / mention).exists()
         }
     )
     assert missing == []
-
-
-def test_pending_modules_are_still_missing():
-    assert sorted(m for m in PENDING if (ROOT / m).exists()) == []
 
 
 def test_every_relative_markdown_link_resolves():

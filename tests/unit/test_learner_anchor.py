@@ -7,9 +7,11 @@ import pytest
 from learner_doubles import episode_batch
 
 from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, IMAGE_KEY_PREFIX, STATE_KEY, TASK_KEY
+from robotrl.data.lerobot_dataset import DatasetError
 from robotrl.learner.anchor import AnchorBuffer, AnchorFeeder
 from robotrl.learner.demos import load_demonstrations
-from robotrl.learner.replay import DONE_KEY, NEXT_PREFIX, REWARD_KEY, VERSION_KEY, ChunkReplay, ReplaySpec
+from robotrl.learner.replay import ChunkReplay, ReplaySpec
+from robotrl.learner.samples import DONE_KEY, NEXT_PREFIX, REWARD_KEY, VERSION_KEY
 
 H = 4
 CAMS = {"front": (8, 8, 3)}
@@ -144,5 +146,5 @@ def test_demonstrations_with_the_wrong_state_size_are_refused_by_name(tmp_path):
     spec = ReplaySpec(2, 3, H, cameras=CAMS)
     with pytest.raises(ValueError, match=r"'observation.state' has shape \(5,\), the learner needs \(2,\)"):
         load_demonstrations(tmp_path / "demos", spec, 1.0)
-    with pytest.raises(FileNotFoundError, match="not a local LeRobotDataset"):
+    with pytest.raises(DatasetError, match="not a local LeRobotDataset"):
         load_demonstrations(tmp_path / "nowhere", spec, 1.0)

@@ -13,14 +13,8 @@ from robotrl.config.learner import AdvantageKind, LearnerConfig, RapiConfig
 from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, PREFIX_LEN_KEY, STATE_KEY
 from robotrl.learner.bc import BehaviourCloning
 from robotrl.learner.rapi import RAPI, effective_share, expectile_loss, temperature_for_share
-from robotrl.learner.replay import (
-    ACTOR_SAMPLE_KEY,
-    NEXT_PREFIX,
-    POLICY_MASK_KEY,
-    RETURN_TO_GO_KEY,
-    ChunkReplay,
-    ReplaySpec,
-)
+from robotrl.learner.replay import ChunkReplay, ReplaySpec
+from robotrl.learner.samples import ACTOR_SAMPLE_KEY, NEXT_PREFIX, POLICY_MASK_KEY, RETURN_TO_GO_KEY
 from robotrl.learner.torch_utils import to_torch
 
 CPU = torch.device("cpu")

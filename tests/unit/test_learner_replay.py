@@ -11,8 +11,10 @@ import pytest
 from learner_doubles import episode_batch, image_code
 
 from robotrl.core.batch import TransitionBatch
+from robotrl.core.columns import COLUMNS
 from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, IMAGE_KEY_PREFIX, PREFIX_LEN_KEY, STATE_KEY
-from robotrl.learner.replay import (
+from robotrl.learner.replay import ChunkReplay, ReplayError, ReplaySpec
+from robotrl.learner.samples import (
     ACTOR_SAMPLE_KEY,
     DISCOUNT_KEY,
     DONE_KEY,
@@ -21,9 +23,6 @@ from robotrl.learner.replay import (
     RETURN_TO_GO_KEY,
     REWARD_KEY,
     VERSION_KEY,
-    ChunkReplay,
-    ReplayError,
-    ReplaySpec,
 )
 
 H = 4
@@ -234,14 +233,14 @@ def test_concurrent_ingest_and_sampling_never_return_a_torn_sample():
 def test_a_buffer_s_own_folder_goes_with_it_closed_or_dropped(tmp_path):
     """Image files live in a temporary folder; neither close() nor garbage collection may leave it behind."""
     closed = make(cameras=CAMS)
-    closed_dir = closed._dir
+    closed_dir = closed._rows.folder
     closed.add(episode_batch("a", 0, range(3), end="terminated", cameras=CAMS))
     assert any(closed_dir.iterdir())
     closed.close()
     assert not closed_dir.exists()
 
     dropped = make(cameras=CAMS)
-    dropped_dir = dropped._dir
+    dropped_dir = dropped._rows.folder
     del dropped
     gc.collect()
     assert not dropped_dir.exists()
@@ -272,12 +271,18 @@ def test_saved_buffer_restores_rows_samples_and_the_open_episode(tmp_path):
     assert not np.isnan(s[RETURN_TO_GO_KEY]).any()
     with pytest.raises(ValueError, match="does not match"):
         make(capacity=256, cameras=CAMS).load(tmp_path / "online")
-    # A buffer saved before a column existed is refused by name, before anything is overwritten.
-    (tmp_path / "online" / "start_chunk.npy").unlink()
-    fresh = make(cameras=CAMS)
-    with pytest.raises(ValueError, match=r"lacks start_chunk\.npy .*learner\.resume=false"):
-        fresh.load(tmp_path / "online")
-    assert len(fresh) == 0
+    # Every transition column is saved under its own name; one saved before a column (or a
+    # sample array) existed is refused by name, before anything is overwritten.
+    for column in COLUMNS:
+        assert not column.is_array or (tmp_path / "online" / f"{column.name}.npy").is_file()
+    for missing in ("start_chunk.npy", "policy_version.npy"):
+        (tmp_path / "online" / missing).unlink()
+        fresh = make(cameras=CAMS)
+        with pytest.raises(
+            ValueError, match=rf"lacks .*{missing.replace('.', '[.]')}.*learner\.resume=false"
+        ):
+            fresh.load(tmp_path / "online")
+        assert len(fresh) == 0
 
 
 def chunked_episode(ticks: int, period: int) -> list:

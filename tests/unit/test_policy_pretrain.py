@@ -60,7 +60,7 @@ def test_demos_read_every_frame_with_episode_bounds_and_spec(dataset):
 
 
 def test_missing_camera_in_dataset_is_named(dataset):
-    from robotrl.policy.data import DatasetError
+    from robotrl.data.lerobot_dataset import DatasetError
 
     with pytest.raises(DatasetError, match="top"):
         load_demos(dataset, ["front", "top"])

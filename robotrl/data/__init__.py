@@ -1,0 +1,1 @@
+"""Recorded episodes on disk: local LeRobotDatasets (robotrl.data.lerobot_dataset)."""
