@@ -2,5 +2,5 @@
 
 ``config.yaml`` is the root every role composes; the folders are the groups
 (``env``, ``policy``, ``actor``, ``learner``, ``transport``), each a set of
-presets over the dataclasses in ``robotrl.config.schema``.
+presets over the dataclasses of ``robotrl.config`` (one module per group).
 """

@@ -19,7 +19,8 @@ from robotrl.hardware.env import LerobotRobotEnv, SuccessDetector, robot_spec
 from robotrl.hardware.events import KEYS_HELP, EventSource, HumanInput, KeyEvents, TeleopButtonEvents
 from robotrl.hardware.safety import Kinematics, SafetyLayer, SafetyLimits
 
-from robotrl.config.schema import HardwareConfig, RobotRLConfig
+from robotrl.config.hardware import HardwareConfig
+from robotrl.config.schema import RobotRLConfig
 from robotrl.core.types import EnvSpec, FloatArray
 
 log = logging.getLogger(__name__)

@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _load_entry(role.entry)(rest)
 
     try:
-        cfg = to_config(compose_config(rest))
+        cfg = to_config(compose_config(rest), role.name)
     except ConfigError as exc:
         print(f"robotrl {role.name}: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -2,7 +2,7 @@
 
 Each model draws one inference duration in seconds from the caller's generator only,
 so a seeded run replays the same delays; the actor turns seconds into ticks. Built
-from :class:`~robotrl.config.schema.LatencyConfig` by :func:`build_latency_model`.
+from :class:`~robotrl.config.latency.LatencyConfig` by :func:`build_latency_model`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robotrl.config.schema import LatencyConfig, LatencyKind
+from robotrl.config.latency import LatencyConfig, LatencyKind
 from robotrl.core.protocols import LatencyModel
 
 

@@ -32,7 +32,7 @@ from robotrl.sim.experts import PickPlaceExpert, make_expert
 from robotrl.sim.registry import task_of
 from robotrl.sim.so101 import Array
 
-from robotrl.config.schema import PolicyKind, RobotRLConfig
+from robotrl.config.schema import RobotRLConfig
 from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY, Observation
 
 ROBOT_TYPE = "so101_follower"
@@ -83,15 +83,9 @@ def create_dataset(root: Path, repo_id: str, fps: float, features: dict[str, Any
 
 
 def record(cfg: RobotRLConfig) -> int:
-    """Record ``cfg.record.episodes`` expert episodes; returns the process exit code."""
+    """Record ``cfg.record.episodes`` expert episodes (:mod:`robotrl.config.roles` refuses other
+    policies); returns the process exit code."""
     rec = cfg.record
-    if cfg.policy.kind is not PolicyKind.expert:
-        print(
-            f"robotrl record: policy.kind={cfg.policy.kind.value} is not supported here; record "
-            "demonstrations with policy=expert (a learned policy's episodes come from robotrl eval/actor)",
-            file=sys.stderr,
-        )
-        return 2
     root = Path(rec.output_dir)
     if root.exists():
         if not rec.overwrite:

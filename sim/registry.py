@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from robotrl.config.schema import EnvConfig
+from robotrl.config.env import EnvConfig
 from robotrl.core.protocols import RobotEnv
 
 ENV_IDS: dict[str, str] = {
@@ -50,17 +50,18 @@ def make_env(cfg: EnvConfig, seed_offset: int = 0) -> RobotEnv:
         dense_reward=cfg.dense_reward,
     )
     sim: RobotEnv = SimRobotEnv(env, name=cfg.id, seed_offset=seed_offset)
-    if cfg.scripted_takeover:
+    takeover = cfg.takeover
+    if takeover.enabled:
         from robotrl.sim.intervention import ExpertTakeover
 
         return ExpertTakeover(
             sim,
             cfg.id,
-            cfg.expert_takeover_ticks,
-            on_miss=cfg.expert_takeover_on_miss,
-            miss_wait_ticks=cfg.expert_takeover_miss_wait_ticks,
-            before_miss=cfg.expert_takeover_before_miss,
-            reopen_only=cfg.expert_takeover_reopen_only,
-            max_corrections=cfg.expert_takeover_max_corrections,
+            takeover.ticks,
+            on_miss=takeover.on_miss,
+            miss_wait_ticks=takeover.miss_wait_ticks,
+            before_miss=takeover.before_miss,
+            reopen_only=takeover.reopen_only,
+            max_corrections=takeover.max_corrections,
         )
     return sim

@@ -1,7 +1,7 @@
 """The expected inference delay, in ticks: a windowed high quantile of measured delays.
 
 lerobot's tracker kept a running maximum, so one warm-up spike inflated it forever and
-the queue skipped most of a chunk (REFERENCE.md). Here only the last ``window``
+the queue skipped most of a chunk (docs/methods.md). Here only the last ``window``
 measurements count, and a high quantile (not the maximum) ignores a lone spike even
 inside the window.
 """

@@ -24,7 +24,7 @@ from robotrl.actor.queue import ActionQueue, ChunkRefusedError
 from robotrl.actor.recorder import TransitionRecorder
 from robotrl.actor.safety import ActionClipper
 from robotrl.actor.timing import Arrival, InferenceFailedError, VirtualTimeScheduler, WallClockScheduler
-from robotrl.config.schema import Strategy
+from robotrl.config.actor import Strategy
 from robotrl.core.clock import Clock
 from robotrl.core.protocols import LoopObserver, RobotEnv
 from robotrl.core.types import OUTCOME_INFO_KEY, ActionChunk, FloatArray, InferenceRequest, Observation

@@ -14,7 +14,7 @@ from robotrl.actor.loop import ControlLoop, LoopSettings
 from robotrl.actor.queue import ActionQueue
 from robotrl.actor.recorder import TransitionRecorder, TransitionSink
 from robotrl.actor.timing import VirtualTimeScheduler, WallClockScheduler
-from robotrl.config.schema import ActorConfig
+from robotrl.config.actor import ActorConfig
 from robotrl.core.clock import MonotonicClock, VirtualClock
 from robotrl.core.protocols import InferenceBackend, LatencyModel, LoopObserver, RobotEnv
 

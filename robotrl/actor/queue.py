@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from robotrl.actor.strategies import Plan, merge
-from robotrl.config.schema import Strategy
+from robotrl.config.actor import Strategy
 from robotrl.core.types import ActionChunk, FloatArray
 
 

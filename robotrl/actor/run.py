@@ -32,7 +32,9 @@ from robotrl.actor.recorder import TransitionSink
 from robotrl.actor.report import chunk_too_short, episode_rows, outcome_text, summarize
 from robotrl.actor.slots import PolicySlots
 from robotrl.actor.worker import ProcessInference, WorkerSpec
-from robotrl.config.schema import PolicyConfig, PolicyKind, RobotRLConfig, TransportConfig
+from robotrl.config.policy import PolicyConfig, PolicyKind
+from robotrl.config.schema import RobotRLConfig
+from robotrl.config.transport import TransportConfig
 from robotrl.core.protocols import ChunkPolicy, InferenceBackend, LoopObserver, RobotEnv, WeightSource
 from robotrl.core.types import EnvSpec, Transition
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from robotrl.config.schema import Strategy
+from robotrl.config.actor import Strategy
 from robotrl.core.types import ActionChunk, FloatArray
 
 IntArray = npt.NDArray[np.int64]

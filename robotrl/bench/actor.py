@@ -158,7 +158,8 @@ def _learner_publishing(act_dir: str, endpoint: str, stop: Any) -> None:
 def run_ours(act_dir: Path, seconds: float, workdir: Path) -> dict[str, Any]:
     from robotrl.actor.main import build_loop
     from robotrl.actor.worker import ProcessInference, WorkerSpec
-    from robotrl.config.schema import ActorConfig, EnvConfig, Strategy
+    from robotrl.config.actor import ActorConfig, Strategy
+    from robotrl.config.env import EnvConfig
     from robotrl.sim import make_env
 
     ticks = int(seconds * HZ)

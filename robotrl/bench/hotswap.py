@@ -160,7 +160,8 @@ def _actor(conn: Connection, learner: Connection, endpoint: str) -> None:
     the simulated arm, the policy in the real inference worker with its two weight slots."""
     from robotrl.actor.main import build_loop
     from robotrl.actor.worker import ProcessInference, WorkerSpec
-    from robotrl.config.schema import ActorConfig, EnvConfig, Strategy
+    from robotrl.config.actor import ActorConfig, Strategy
+    from robotrl.config.env import EnvConfig
     from robotrl.sim import make_env
 
     env = make_env(

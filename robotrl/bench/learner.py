@@ -31,7 +31,9 @@ import numpy as np
 import torch
 
 from robotrl.bench.report import report
-from robotrl.config.schema import LearnerConfig, PolicySize, RobotRLConfig
+from robotrl.config.learner import LearnerConfig, RapiConfig
+from robotrl.config.policy import PolicySize
+from robotrl.config.schema import RobotRLConfig
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.types import EnvSpec, WeightUpdate
 from robotrl.learner.main import build_learner
@@ -140,9 +142,8 @@ def run(quick: bool = False, policy_factory: PolicyFactory | None = None) -> dic
     cfg.policy.device = "auto"
     cfg.learner = LearnerConfig(
         batch_size=256,
-        critic_updates_per_group=4 if quick else 20,
+        rapi=RapiConfig(critic_updates_per_group=4 if quick else 20, critic_warmup_updates=0),
         actor_updates_per_group=1 if quick else 5,
-        critic_warmup_updates=0,
         learning_starts=1,
         online_capacity=8_192,
         anchor_capacity=2_000,
@@ -175,7 +176,7 @@ def run(quick: bool = False, policy_factory: PolicyFactory | None = None) -> dic
             # 2. updates alone, after one untimed group (optimiser state, kernel caches)
             learner.algorithm.update_group(learner.next_batch)
             groups, start = 0, time.perf_counter()
-            per_group = cfg.learner.critic_updates_per_group + cfg.learner.actor_updates_per_group
+            per_group = cfg.learner.rapi.critic_updates_per_group + cfg.learner.actor_updates_per_group
             while groups == 0 or time.perf_counter() - start < seconds:
                 learner.algorithm.update_group(learner.next_batch)
                 groups += 1

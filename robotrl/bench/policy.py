@@ -28,7 +28,7 @@ import torch
 from safetensors.numpy import save as st_save
 
 from robotrl.bench.report import report
-from robotrl.config.schema import PolicyConfig, PolicySize
+from robotrl.config.policy import PolicyConfig, PolicySize
 from robotrl.core.types import EnvSpec, Observation
 from robotrl.policy.factory import inference_threads
 from robotrl.policy.flow import FlowChunkPolicy, parameter_count

@@ -52,7 +52,7 @@ COMMON = [
     "transport.peer_timeout_s=1.0",
 ]
 LEARNER = [
-    "learner.critic_warmup_updates=5",
+    "learner.rapi.critic_warmup_updates=5",
     "learner.learning_starts=32",
     "learner.batch_size=32",
     "learner.log_every_groups=5",

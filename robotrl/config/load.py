@@ -2,12 +2,14 @@
 
 The schema is registered in Hydra's ConfigStore here, in one place (not as a side
 effect of whichever module happens to be imported). Every error, from Hydra's
-override parser, OmegaConf's type checks or :func:`~robotrl.config.schema.problems`,
-becomes one :class:`ConfigError` that names the field.
+override parser, OmegaConf's type checks, :func:`~robotrl.config.schema.problems`, a
+renamed field (:mod:`robotrl.config.renames`) or a policy the role cannot run
+(:mod:`robotrl.config.roles`), becomes one :class:`ConfigError` that names the field.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +18,8 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
+from robotrl.config.renames import renamed_message, renamed_overrides
+from robotrl.config.roles import role_problems
 from robotrl.config.schema import RobotRLConfig, config_groups, problems
 
 CONFIG_MODULE = "robotrl.configs"
@@ -60,6 +64,9 @@ def _message_of(exc: BaseException) -> str:
 
 def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
     """The composed (not yet validated) config; raises :class:`ConfigError` on bad overrides."""
+    renamed = renamed_overrides(overrides)
+    if renamed:
+        raise problems_error(renamed)
     register_configs()
     GlobalHydra.instance().clear()
     try:
@@ -68,13 +75,18 @@ def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
     except Exception as exc:  # Hydra and OmegaConf raise several types; all are config errors
         field_name = _field_of(exc)
         where = f"{field_name}: " if field_name else ""
-        raise ConfigError(f"bad config: {where}{_message_of(exc)}") from exc
+        moved = renamed_message(field_name) if field_name else None
+        if moved:
+            preset = re.match(r"In '([^']+)'", str(exc))
+            moved += f" (in the preset {preset[1]})" if preset else ""
+        raise ConfigError(f"bad config: {where}{moved or _message_of(exc)}") from exc
     finally:
         GlobalHydra.instance().clear()
 
 
-def to_config(composed: DictConfig) -> RobotRLConfig:
-    """A typed, validated :class:`RobotRLConfig` from a composed config."""
+def to_config(composed: DictConfig, role: str | None = None) -> RobotRLConfig:
+    """A typed, validated :class:`RobotRLConfig` from a composed config; with ``role`` (a
+    `robotrl` role's name) also checked against the policy kinds that role can run."""
     try:
         cfg: Any = OmegaConf.to_object(composed)
     except Exception as exc:
@@ -83,7 +95,7 @@ def to_config(composed: DictConfig) -> RobotRLConfig:
         raise ConfigError(f"bad config: {where}{_message_of(exc)}") from exc
     if not isinstance(cfg, RobotRLConfig):
         raise ConfigError(f"bad config: the root is {type(cfg).__name__}, not RobotRLConfig")
-    wrong = problems(cfg)
+    wrong = problems(cfg) + (role_problems(role, cfg) if role else [])
     if wrong:
         raise problems_error(wrong)
     return cfg
@@ -95,6 +107,6 @@ def problems_error(wrong: list[tuple[str, str]]) -> ConfigError:
     return ConfigError(f"bad config:\n{lines}")
 
 
-def load_config(overrides: Sequence[str] = ()) -> RobotRLConfig:
-    """Compose ``configs/config.yaml`` with ``overrides`` and validate it."""
-    return to_config(compose_config(overrides))
+def load_config(overrides: Sequence[str] = (), role: str | None = None) -> RobotRLConfig:
+    """Compose ``configs/config.yaml`` with ``overrides`` and validate it (for ``role``, if given)."""
+    return to_config(compose_config(overrides), role)

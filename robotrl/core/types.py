@@ -5,7 +5,7 @@ the receiver. Arrays inside them are numpy arrays; the parts that build them mak
 them read-only where a value is shared (the wire decoder does, for instance).
 
 Time is the integer control tick; the float timestamps are seconds for logs only
-(see DESIGN.md, "Time").
+(see docs/architecture.md, "Virtual and wall-clock time").
 """
 
 from __future__ import annotations

@@ -25,7 +25,6 @@ import json
 import shutil
 import tempfile
 import time
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +32,11 @@ from rich.console import Console
 from rich.table import Table
 
 from robotrl.actor.report import outcome_text, pool_summaries
+from robotrl.config.env import TakeoverConfig
+from robotrl.config.experiment import FINETUNE_RUNS, demo_online_seeds, demo_seed_problems
 from robotrl.config.load import problems_error
-from robotrl.config.schema import (
-    FINETUNE_RUNS,
-    EnvConfig,
-    PolicyKind,
-    RobotRLConfig,
-    demo_online_seeds,
-    demo_seed_problems,
-)
+from robotrl.config.policy import PolicyKind
+from robotrl.config.schema import RobotRLConfig
 from robotrl.core.types import OUTCOME_SUCCESS
 from robotrl.experiment.parallel import Job, JobDone, run_parallel
 from robotrl.experiment.progress import LaunchProgress, launch_finished
@@ -117,12 +112,9 @@ class Demo:
 
     def _offline(self, **changes: Any) -> RobotRLConfig:
         """:meth:`_variant` for every step but fine-tuning: no scripted takeover
-        (``env.expert_takeover_*``), so evaluations measure the policy alone and turning
+        (``env.takeover``), so evaluations measure the policy alone and turning
         takeovers on or off reuses the demonstrations, pretraining and evaluations."""
-        no_takeover = {
-            f"env__{f.name}": f.default for f in fields(EnvConfig) if f.name.startswith("expert_takeover_")
-        }
-        return self._variant(**no_takeover, **changes)
+        return self._variant(env__takeover=TakeoverConfig(), **changes)
 
     def _eval_noise_scale(self) -> float:
         """The evaluations' inference temperature: ``experiment.eval_noise_scale``, else the policy's."""
@@ -475,7 +467,7 @@ class Demo:
             "bc": "+ online BC on RAPI's buffers",
             # the anchor it reads holds the takeovers' segments beside the demos (HG-DAgger's data)
             "bc_demos": "+ BC on the demos and takeovers"
-            if self.cfg.env.scripted_takeover
+            if self.cfg.env.takeover.enabled
             else "+ BC on the demos only",
         }
         for name, e in evals.items():

@@ -25,7 +25,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from robotrl.config.schema import RobotRLConfig, Strategy, parse_latency
+from robotrl.config.actor import Strategy
+from robotrl.config.latency import parse_latency
+from robotrl.config.schema import RobotRLConfig
 from robotrl.experiment.parallel import Job, JobDone, run_parallel
 from robotrl.experiment.steps import config_overrides, ran_every_episode, robotrl, run_id
 

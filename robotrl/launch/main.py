@@ -175,7 +175,7 @@ def main(args: Sequence[str]) -> int:
         print(f"robotrl launch: a learner and launch.actors actors on this host\n\n{config_help()}")
         return 0
     try:
-        cfg = load_config(args)
+        cfg = load_config(args, role="launch")
     except ConfigError as exc:
         print(f"robotrl launch: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from robotrl.config.schema import AlgorithmKind, LearnerConfig
+from robotrl.config.learner import AlgorithmKind, LearnerConfig
 from robotrl.core.protocols import Algorithm
 from robotrl.learner.bc import BehaviourCloning
 from robotrl.learner.rapi import RAPI

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from robotrl.config.schema import LearnerConfig
+from robotrl.config.learner import LearnerConfig
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.protocols import Algorithm, BatchReceiver, Sender
 from robotrl.core.types import WeightUpdate

@@ -44,7 +44,7 @@ def replay_spec(cfg: RobotRLConfig, spec: EnvSpec, horizon: int, max_delay: int 
         cameras=dict(spec.camera_shapes),
         gamma=cfg.learner.gamma,
         max_delay=min(delay, horizon - 1),
-        intervention_penalty=cfg.learner.intervention_penalty,
+        intervention_penalty=cfg.learner.rapi.intervention_penalty,
     )
 
 

@@ -1,6 +1,6 @@
 """Replay-anchored policy improvement (RAPI): an in-sample critic and an advantage-weighted actor.
 
-After the asynchronous replay-anchored post-training of RAPolicy (see REFERENCE.md):
+After the asynchronous replay-anchored post-training of RAPolicy (docs/methods.md, "RAPI"):
 
 - Critic (IQL-style, never queries the current policy): two chunk-level Q networks
   regress ``y = R + gamma^m (1 - done) V_target(s')`` on the executed chunk; V is
@@ -9,8 +9,8 @@ After the asynchronous replay-anchored post-training of RAPolicy (see REFERENCE.
   critic moves by Polyak averaging.
 - Actor: the policy's own per-sample supervised loss, weighted per sample by
   ``w = exp(clip(A / beta, -c, c))`` with ``A = min Q(s, a) - V(s)`` from the target critic
-  (a weighted mean over the batch). With ``learner.advantage=mc``, ``A = G - V(s)`` where
-  the sample's return to go ``G`` is known (its episode ended). With ``learner.weight_ess``
+  (a weighted mean over the batch). With ``learner.rapi.advantage=mc``, ``A = G - V(s)`` where
+  the sample's return to go ``G`` is known (its episode ended). With ``learner.rapi.weight_ess``
   set, beta is chosen per batch so the weights' effective share of the batch is that number
   (a fixed budget for how far the weights move from imitation, as MPO's KL bound on its
   sample weights): a fixed beta's share drifts with the advantages' scale (0.13-0.7 in the
@@ -33,7 +33,7 @@ import numpy.typing as npt
 import torch
 from torch import nn
 
-from robotrl.config.schema import AdvantageKind, LearnerConfig
+from robotrl.config.learner import AdvantageKind, LearnerConfig
 from robotrl.core.types import ACTION_MASK_KEY, IMAGE_KEY_PREFIX, STATE_KEY
 from robotrl.learner.nets import Critic
 from robotrl.learner.replay import (
@@ -183,8 +183,8 @@ class RAPI(PolicyTrainer):
     ) -> None:
         super().__init__(policy, cfg, device)
         horizon, action_dim = int(policy.horizon), int(policy.action_dim)
-        cams = dict(cameras) if cfg.critic_images else {}
-        self.critic = Critic(state_dim, cams, horizon, action_dim, cfg.critic_hidden)
+        cams = dict(cameras) if cfg.rapi.critic_images else {}
+        self.critic = Critic(state_dim, cams, horizon, action_dim, cfg.rapi.critic_hidden)
         normalization = getattr(policy, "normalization", None)
         if callable(normalization):
             self.critic.set_normalization(normalization())
@@ -192,7 +192,7 @@ class RAPI(PolicyTrainer):
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr)
         self.critic_updates = 0
-        self.last_beta = cfg.beta
+        self.last_beta = cfg.rapi.beta
         """The advantage temperature of the latest actor update (chosen per batch with weight_ess)."""
 
     def _target_values(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -216,12 +216,12 @@ class RAPI(PolicyTrainer):
         with autocast(self.device):
             q1, q2, v = self.critic(batch)
             q_loss = (q1.float() - y).pow(2).mean() + (q2.float() - y).pow(2).mean()
-            v_loss = expectile_loss(q_min - v.float(), cfg.expectile)
+            v_loss = expectile_loss(q_min - v.float(), cfg.rapi.expectile)
         self.critic_opt.zero_grad(set_to_none=True)
         (q_loss + v_loss).backward()
         nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.grad_clip)
         self.critic_opt.step()
-        polyak(self.target, self.critic, cfg.target_tau)
+        polyak(self.target, self.critic, cfg.rapi.target_tau)
         self.critic_updates += 1
         return {
             "q_loss": float(q_loss.detach()),
@@ -235,12 +235,12 @@ class RAPI(PolicyTrainer):
         with torch.no_grad(), autocast(self.device):
             q1, q2, v = self.target(batch)
             adv = (torch.minimum(q1, q2) - v).float()
-        if self.cfg.advantage is AdvantageKind.mc and RETURN_TO_GO_KEY in batch:
+        if self.cfg.rapi.advantage is AdvantageKind.mc and RETURN_TO_GO_KEY in batch:
             to_go = batch[RETURN_TO_GO_KEY].to(adv.device, torch.float32)
             adv = torch.where(torch.isnan(to_go), adv, to_go - v.float())
-        c, beta = self.cfg.adv_clip, self.cfg.beta
-        if self.cfg.weight_ess:
-            beta = temperature_for_share(adv[self._taught(batch, adv)], self.cfg.weight_ess, c)
+        c, beta = self.cfg.rapi.adv_clip, self.cfg.rapi.beta
+        if self.cfg.rapi.weight_ess:
+            beta = temperature_for_share(adv[self._taught(batch, adv)], self.cfg.rapi.weight_ess, c)
         self.last_beta = beta
         return torch.exp(torch.clamp(adv / beta, -c, c)), adv
 
@@ -267,10 +267,10 @@ class RAPI(PolicyTrainer):
     def update_group(self, next_batch: NextBatch) -> Mapping[str, float]:
         cfg = self.cfg
         logs: list[dict[str, float]] = []
-        for _ in range(cfg.critic_updates_per_group):
+        for _ in range(cfg.rapi.critic_updates_per_group):
             logs.append(self.critic_step(self._batch(next_batch)))
         actor_updates = 0
-        if self.critic_updates >= cfg.critic_warmup_updates:
+        if self.critic_updates >= cfg.rapi.critic_warmup_updates:
             for _ in range(cfg.actor_updates_per_group):
                 logs.append(self.actor_step(self._batch(next_batch)))
                 actor_updates += 1

@@ -39,7 +39,7 @@ sample is built from rows, never stored twice:
   learns its discounted reward sum to the episode's end (``return_to_go``; a timeout
   counts what was earned, with no bootstrap). Until then, and for an episode cut by a
   gap, it is NaN. This is the Monte-Carlo signal of the ``mc`` advantage
-  (``learner.advantage``): on sparse success rewards a near-deterministic policy gives
+  (``learner.rapi.advantage``): on sparse success rewards a near-deterministic policy gives
   the critic's Q - V almost nothing to tell apart, while the outcome does.
 - **Ready only when complete.** A start becomes sampleable once its next state has
   arrived (or its episode ended), so a sample never contains a row still to come.

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from robotrl.config.schema import PolicyConfig, PolicyKind, PolicySize
+from robotrl.config.policy import PolicyConfig, PolicyKind, PolicySize
 from robotrl.core.types import EnvSpec
 
 META_FILE = "robotrl_policy.json"

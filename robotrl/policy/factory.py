@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from robotrl.config.schema import PolicyConfig, PolicyKind
+from robotrl.config.policy import PolicyConfig, PolicyKind
 from robotrl.core.protocols import ChunkPolicy
 from robotrl.core.types import EnvSpec
 from robotrl.policy.checkpoint import META_FILE, CheckpointError, read_meta

@@ -34,7 +34,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from robotrl.config.schema import PolicyConfig, PolicyKind, PolicySize
+from robotrl.config.policy import PolicyConfig, PolicyKind, PolicySize
 from robotrl.core.types import (
     ACTION_KEY,
     ACTION_MASK_KEY,

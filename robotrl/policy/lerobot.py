@@ -37,7 +37,7 @@ import numpy.typing as npt
 import torch
 from torch import Tensor, nn
 
-from robotrl.config.schema import PolicyConfig, PolicyKind
+from robotrl.config.policy import PolicyConfig, PolicyKind
 from robotrl.core.types import (
     ACTION_KEY,
     ACTION_MASK_KEY,

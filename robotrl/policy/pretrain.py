@@ -35,7 +35,8 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from robotrl.config.schema import PolicyKind, PretrainConfig, RobotRLConfig
+from robotrl.config.pretrain import PretrainConfig
+from robotrl.config.schema import RobotRLConfig
 from robotrl.policy.average import WeightAverage
 from robotrl.policy.checkpoint import CheckpointError
 from robotrl.policy.data import ChunkSampler, DatasetError, Demos, load_demos, split_episodes
@@ -225,12 +226,7 @@ class Pretrainer:
 
 
 def main(cfg: RobotRLConfig) -> int:
-    """The `robotrl pretrain` role."""
-    if cfg.policy.kind is not PolicyKind.flow:
-        console.print(
-            "robotrl pretrain: policy.kind must be flow (lerobot policies train with lerobot-train)"
-        )
-        return 2
+    """The `robotrl pretrain` role (a flow policy: :mod:`robotrl.config.roles` refuses others)."""
     if not cfg.dataset:
         console.print("robotrl pretrain: dataset: set it to a local LeRobotDataset directory (dataset=/path)")
         return 2

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import zmq
 
-from robotrl.config.schema import TransportConfig
+from robotrl.config.transport import TransportConfig
 from robotrl.transport.background import lower_priority
 from robotrl.transport.heartbeat import Liveness
 from robotrl.transport.sockets import bind, client_socket, server_socket, start_authenticator

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from robotrl.config.schema import TransportConfig
+from robotrl.config.transport import TransportConfig
 from robotrl.core.batch import TransitionBatch
 from robotrl.transport import protocol as p
 from robotrl.transport.background import Counters, log_rejection

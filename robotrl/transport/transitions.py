@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robotrl.config.schema import TransportConfig
+from robotrl.config.transport import TransportConfig
 from robotrl.core.batch import TransitionBatch
 from robotrl.transport import protocol as p
 from robotrl.transport.background import Counters, log_rejection

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 import numpy.typing as npt
 
-from robotrl.config.schema import TransportConfig
+from robotrl.config.transport import TransportConfig
 from robotrl.core.types import WeightsHasher, WeightUpdate
 from robotrl.transport import protocol as p
 from robotrl.transport.background import Counters

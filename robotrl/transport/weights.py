@@ -27,7 +27,7 @@ from typing import Any
 import numpy.typing as npt
 import zmq
 
-from robotrl.config.schema import TransportConfig
+from robotrl.config.transport import TransportConfig
 from robotrl.core.types import WeightUpdate, weights_digest
 from robotrl.transport import protocol as p
 from robotrl.transport.background import Counters

@@ -25,7 +25,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from learner_doubles import MLPChunkPolicy, episode_batch
 
-from robotrl.config.schema import LearnerConfig, RobotRLConfig
+from robotrl.config.learner import LearnerConfig, RapiConfig
+from robotrl.config.schema import RobotRLConfig
 from robotrl.core.types import EnvSpec
 from robotrl.learner.main import _open_links, build_learner
 from robotrl.transport.transitions import TransitionSender
@@ -50,11 +51,10 @@ def learner_config(run_dir: str, t_endpoint: str, w_endpoint: str) -> RobotRLCon
     cfg.policy.horizon, cfg.policy.max_delay = 4, 2
     cfg.learner = LearnerConfig(
         batch_size=16,
-        critic_hidden=16,
-        critic_updates_per_group=1,
+        rapi=RapiConfig(
+            critic_hidden=16, critic_updates_per_group=1, critic_warmup_updates=0, critic_images=False
+        ),
         actor_updates_per_group=1,
-        critic_warmup_updates=0,
-        critic_images=False,
         learning_starts=16,
         online_capacity=5000,
         anchor_capacity=500,

@@ -74,7 +74,7 @@ def test_a_scripted_takeover_is_recorded_as_intervention_ticks(tmp_path):
         tmp_path,
         "env=so101_pick_place",
         "env.privileged_state=true",
-        "env.expert_takeover_ticks=10",
+        "env.takeover.ticks=10",
         "actor.episodes=1",
     )
     # 60 ticks in all; the expert drives from tick 10 and needs longer than 50 to place the cube

@@ -34,7 +34,7 @@ def test_actor_streams_every_transition_to_the_learner(tmp_path):
             "learner",
             *common,
             f"run_dir={tmp_path}/learner",
-            "learner.critic_warmup_updates=10",
+            "learner.rapi.critic_warmup_updates=10",
             "learner.learning_starts=32",
             "learner.batch_size=32",
             "learner.log_every_groups=1",

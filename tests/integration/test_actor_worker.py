@@ -12,7 +12,7 @@ from doubles import LineEnv
 from robotrl.actor.main import build_loop
 from robotrl.actor.timing import InferenceFailedError
 from robotrl.actor.worker import ProcessInference, WorkerSpec
-from robotrl.config.schema import ActorConfig, Strategy
+from robotrl.config.actor import ActorConfig, Strategy
 
 TESTS = str(Path(__file__).resolve().parents[1])
 H = 8

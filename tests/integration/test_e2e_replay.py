@@ -61,7 +61,7 @@ def test_to_learner_fills_the_anchor_buffer_with_every_recorded_frame(demos: Pat
         [
             sys.executable, "-m", "robotrl.cli", "learner", *STATE_ONLY, *link, f"run_dir={tmp_path}/learner",
             "learner.learning_starts=1", "learner.batch_size=16", "learner.log_every_groups=1",
-            "learner.critic_warmup_updates=1000",
+            "learner.rapi.critic_warmup_updates=1000",
         ],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip

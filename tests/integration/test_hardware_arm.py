@@ -179,7 +179,7 @@ def test_intervention_flows_into_transitions_with_its_flag(tmp_path, close_after
 
 
 def hardware_actor_config():
-    from robotrl.config.schema import ActorConfig
+    from robotrl.config.actor import ActorConfig
 
     cfg = ActorConfig()
     cfg.virtual_time = False

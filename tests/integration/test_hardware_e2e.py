@@ -31,7 +31,7 @@ def test_intervention_segments_from_a_real_arm_actor_reach_the_anchor_buffer(tmp
             "learner",
             *common,
             f"run_dir={tmp_path}/learner",
-            "learner.critic_warmup_updates=10",
+            "learner.rapi.critic_warmup_updates=10",
             "learner.learning_starts=32",
             "learner.batch_size=32",
             "learner.log_every_groups=1",

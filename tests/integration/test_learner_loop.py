@@ -10,7 +10,8 @@ import pytest
 import torch
 from learner_doubles import MLPChunkPolicy, episode_batch
 
-from robotrl.config.schema import AlgorithmKind, LearnerConfig, RobotRLConfig
+from robotrl.config.learner import AlgorithmKind, LearnerConfig, RapiConfig
+from robotrl.config.schema import RobotRLConfig
 from robotrl.core.protocols import BatchReceiver
 from robotrl.core.types import EnvSpec
 from robotrl.learner.main import METRICS_FILE, build_learner, replay_spec
@@ -43,10 +44,8 @@ def config(tmp_path, **learner: object) -> RobotRLConfig:
     cfg.policy.horizon, cfg.policy.max_delay = 4, 2
     base = dict(
         batch_size=16,
-        critic_hidden=32,
-        critic_updates_per_group=2,
+        rapi=RapiConfig(critic_hidden=32, critic_updates_per_group=2, critic_warmup_updates=0),
         actor_updates_per_group=1,
-        critic_warmup_updates=0,
         learning_starts=16,
         online_capacity=2000,
         anchor_capacity=500,

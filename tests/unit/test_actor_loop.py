@@ -11,7 +11,7 @@ from doubles import ConstantLatency, LineEnv, ListLatency, LognormalLatency, Tic
 from robotrl.actor.inference import InProcessInference
 from robotrl.actor.main import build_loop
 from robotrl.actor.slots import PolicySlots
-from robotrl.config.schema import ActorConfig, Strategy
+from robotrl.config.actor import ActorConfig, Strategy
 from robotrl.core.types import Transition, WeightUpdate
 
 H = 8

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from robotrl.actor.queue import ActionQueue, ChunkRefusedError
-from robotrl.config.schema import Strategy
+from robotrl.config.actor import Strategy
 from robotrl.core.types import ActionChunk
 
 H, A = 8, 2

@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 from robotrl import cli
-from robotrl.cli import EXIT_INTERRUPTED, EXIT_NOT_BUILT, EXIT_USAGE, ROLES_BY_NAME, Role, main
+from robotrl.cli import EXIT_INTERRUPTED, EXIT_NOT_BUILT, EXIT_USAGE, ROLES, ROLES_BY_NAME, Role, main
+from robotrl.config.load import load_config
+from robotrl.config.policy import PolicyKind
+from robotrl.config.roles import runnable_kinds
 
 ROBOTRL = shutil.which("robotrl") or str(Path(sys.executable).parent / "robotrl")
 
@@ -80,3 +83,72 @@ def test_bench_quick_ends_with_one_json_line(name):
 def test_bench_unknown_name_is_a_usage_error():
     out = run("bench", "nope")
     assert out.returncode == 2 and "invalid choice" in out.stderr
+
+
+LEARNED = {PolicyKind.flow, PolicyKind.lerobot}
+RUNNABLE = {
+    "actor": LEARNED,
+    "learner": LEARNED,
+    "launch": LEARNED,
+    "eval": LEARNED,
+    "profile-latency": LEARNED,
+    "pretrain": {PolicyKind.flow},
+    "record": {PolicyKind.expert},
+    "replay": None,  # open_loop replays recorded actions; resim runs a policy (below)
+    "experiment": {PolicyKind.flow},  # the demo pretrains the built-in policy
+    "check-arm": None,
+    "config": None,
+}
+"""The policy kinds each role of the CLI can run with the default config; None: it runs none."""
+PRESET = {PolicyKind.flow: ["policy=flow_tiny"], PolicyKind.lerobot: ["policy=lerobot", "policy.path=/x"]}
+
+
+def test_every_role_on_the_shared_config_declares_the_policies_it_runs():
+    cfg = load_config()
+    for role in ROLES:
+        if role.uses_config or role.name == "launch":
+            kinds = runnable_kinds(role.name, cfg)
+            assert (None if kinds is None else set(kinds)) == RUNNABLE[role.name], role.name
+    assert set(runnable_kinds("replay", load_config(["replay.mode=resim"])) or ()) == LEARNED
+    assert set(runnable_kinds("experiment", load_config(["experiment=latency_sweep"])) or ()) == LEARNED
+
+
+def _refusals() -> list[tuple[list[str], PolicyKind]]:
+    out = [
+        ([role], kind)
+        for role, kinds in RUNNABLE.items()
+        if kinds is not None
+        for kind in PolicyKind
+        if kind not in kinds
+    ]
+    out += [(["replay", "replay.mode=resim"], PolicyKind.expert)]
+    out += [(["experiment", "experiment=latency_sweep"], PolicyKind.expert)]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("args", "kind"), _refusals(), ids=lambda v: v.value if isinstance(v, PolicyKind) else " ".join(v)
+)
+def test_a_role_given_a_policy_it_cannot_run_is_a_config_error(args, kind, capsys):
+    assert main([*args, *PRESET.get(kind, [f"policy={kind.value}"])]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"policy.kind: `robotrl {args[0]}` cannot run the {kind.value} policy" in err
+
+
+def test_eval_of_the_scripted_expert_exits_2_naming_the_field_not_a_traceback():
+    # This interpreter's module, not the console script: the script may belong to another checkout.
+    out = subprocess.run(
+        [sys.executable, "-m", "robotrl.cli", "eval", "policy=expert"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == EXIT_USAGE
+    assert "policy.kind" in out.stderr and "cannot run the expert policy" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_an_old_field_name_is_a_usage_error_naming_the_new_one(capsys):
+    assert main(["config", "learner.weight_ess=0.6"]) == EXIT_USAGE
+    assert "learner.weight_ess: was renamed learner.rapi.weight_ess" in capsys.readouterr().err

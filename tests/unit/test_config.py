@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 
 import pytest
 
+from robotrl.config.actor import Strategy
+from robotrl.config.learner import AlgorithmKind
 from robotrl.config.load import ConfigError, load_config
-from robotrl.config.schema import AlgorithmKind, RobotRLConfig, Strategy
+from robotrl.config.renames import RENAMED
+from robotrl.config.schema import RobotRLConfig
 
 
 def presets() -> list[str]:
@@ -67,13 +71,13 @@ def test_overrides_reach_the_typed_config():
         ),
         (["experiment.algorithms=[rapi,dagger]"], "experiment.algorithms"),
         (["experiment.algorithms=[rapi,bc,rapi]"], "experiment.algorithms"),
-        (["env.expert_takeover_ticks=-1"], "env.expert_takeover_ticks"),
-        (["learner.intervention_penalty=-1"], "learner.intervention_penalty"),
+        (["env.takeover.ticks=-1"], "env.takeover.ticks"),
+        (["learner.rapi.intervention_penalty=-1"], "learner.rapi.intervention_penalty"),
         (
-            ["env=so101_pick_place", "env.privileged_state=false", "env.expert_takeover_ticks=90"],
-            "env.expert",
+            ["env=so101_pick_place", "env.privileged_state=false", "env.takeover.ticks=90"],
+            "env.takeover.ticks",
         ),
-        (["hardware=so101", "env.expert_takeover_ticks=90"], "env.expert_takeover_ticks"),
+        (["hardware=so101", "env.takeover.ticks=90"], "env.takeover.ticks"),
         (["actor.execution_horizon=-1"], "actor.execution_horizon"),
     ],
 )
@@ -98,29 +102,29 @@ def test_unknown_preset_lists_the_available_ones_without_schemas():
 @pytest.mark.parametrize(
     "overrides",
     [
-        ["env=so101_reach", "env.expert_takeover_on_miss=true"],
-        ["env=so101_reach", "env.expert_takeover_before_miss=true"],
-        ["env=so101_pick_place", "env.privileged_state=false", "env.expert_takeover_on_miss=true"],
-        ["env=so101_pick_place", "env.privileged_state=false", "env.expert_takeover_before_miss=true"],
+        ["env=so101_reach", "env.takeover.on_miss=true"],
+        ["env=so101_reach", "env.takeover.before_miss=true"],
+        ["env=so101_pick_place", "env.privileged_state=false", "env.takeover.on_miss=true"],
+        ["env=so101_pick_place", "env.privileged_state=false", "env.takeover.before_miss=true"],
         [
             "env=so101_pick_place",
             "env.privileged_state=true",
             "hardware=so101",
-            "env.expert_takeover_on_miss=true",
+            "env.takeover.on_miss=true",
         ],
-        ["env=so101_pick_place", "env.privileged_state=true", "env.expert_takeover_miss_wait_ticks=30"],
-        ["env=so101_pick_place", "env.privileged_state=true", "env.expert_takeover_reopen_only=true"],
+        ["env=so101_pick_place", "env.privileged_state=true", "env.takeover.miss_wait_ticks=30"],
+        ["env=so101_pick_place", "env.privileged_state=true", "env.takeover.reopen_only=true"],
         [
             "env=so101_pick_place",
             "env.privileged_state=true",
-            "env.expert_takeover_on_miss=true",
-            "env.expert_takeover_miss_wait_ticks=-1",
+            "env.takeover.on_miss=true",
+            "env.takeover.miss_wait_ticks=-1",
         ],
         [
             "env=so101_pick_place",
             "env.privileged_state=true",
-            "env.expert_takeover_on_miss=true",
-            "env.expert_takeover_max_corrections=0",
+            "env.takeover.on_miss=true",
+            "env.takeover.max_corrections=0",
         ],
     ],
 )
@@ -128,3 +132,40 @@ def test_a_takeover_on_a_missed_grasp_needs_the_simulated_pick_and_place_with_th
     field = overrides[-1].partition("=")[0].replace(".", r"\.")
     with pytest.raises(ConfigError, match=field):
         load_config(overrides)
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(RENAMED.items()))
+def test_an_old_field_name_on_the_command_line_names_the_new_one(old, new):
+    with pytest.raises(ConfigError, match=rf"{re.escape(old)}: was renamed {re.escape(new)}"):
+        load_config([f"{old}=1"])
+
+
+def test_an_old_field_name_in_a_preset_names_the_new_one_and_the_preset(tmp_path):
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text(
+        "# @package _global_\nlearner:\n  weight_ess: 0.6\nenv:\n  expert_takeover_on_miss: true\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config([f"hydra.searchpath=[file://{tmp_path}]", "experiment=mine"])
+    assert "learner.weight_ess: was renamed learner.rapi.weight_ess" in str(info.value)
+    assert "experiment/mine" in str(info.value)
+    (tmp_path / "experiment" / "mine.yaml").write_text(
+        "# @package _global_\nenv:\n  expert_takeover_on_miss: true\n"
+    )
+    with pytest.raises(
+        ConfigError, match=r"env\.expert_takeover_on_miss: was renamed env\.takeover\.on_miss"
+    ):
+        load_config([f"hydra.searchpath=[file://{tmp_path}]", "experiment=mine"])
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(RENAMED.items()))
+def test_every_rename_leads_from_a_field_that_is_gone_to_one_that_exists(old, new):
+    def resolves(dotted: str) -> bool:
+        node: object = RobotRLConfig()
+        for part in dotted.split("."):
+            if not hasattr(node, part):
+                return False
+            node = getattr(node, part)
+        return True
+
+    assert resolves(new) and not resolves(old)

@@ -12,8 +12,10 @@ import pytest
 from rich.console import Console
 
 from robotrl.actor.report import pool_summaries, wilson_interval
+from robotrl.config.experiment import demo_seed_problems
+from robotrl.config.latency import parse_latency
+from robotrl.config.learner import AlgorithmKind
 from robotrl.config.load import ConfigError, load_config
-from robotrl.config.schema import AlgorithmKind, demo_seed_problems, parse_latency
 from robotrl.experiment.demo import Demo
 from robotrl.experiment.main import main as experiment_main
 from robotrl.experiment.parallel import Job, JobDone
@@ -77,28 +79,28 @@ def test_the_recording_step_gets_every_record_option(tmp_path: Path, monkeypatch
 
 def test_a_scripted_takeover_helps_only_while_fine_tuning(tmp_path: Path, monkeypatch):
     takeovers = [
-        "env.expert_takeover_ticks=120",
-        "env.expert_takeover_on_miss=true",
-        "env.expert_takeover_miss_wait_ticks=30",
-        "env.expert_takeover_before_miss=true",
-        "env.expert_takeover_reopen_only=true",
-        "env.expert_takeover_max_corrections=3",
+        "env.takeover.ticks=120",
+        "env.takeover.on_miss=true",
+        "env.takeover.miss_wait_ticks=30",
+        "env.takeover.before_miss=true",
+        "env.takeover.reopen_only=true",
+        "env.takeover.max_corrections=3",
     ]
     cfg = load_config(["experiment=demo", f"experiment.output_dir={tmp_path}", *takeovers])
     demo = Demo(cfg, Console(file=open("/dev/null", "w")))  # noqa: SIM115
     env = demo.finetune_config("rapi").env
-    assert (env.expert_takeover_ticks, env.expert_takeover_on_miss, env.expert_takeover_before_miss) == (
+    assert (env.takeover.ticks, env.takeover.on_miss, env.takeover.before_miss) == (
         120,
         True,
         True,
     )
-    assert env.expert_takeover_reopen_only and env.expert_takeover_max_corrections == 3
+    assert env.takeover.reopen_only and env.takeover.max_corrections == 3
     for argv in _offline_step_argvs(demo, tmp_path, monkeypatch):
-        assert "env.expert_takeover_ticks=0" in argv and "env.expert_takeover_on_miss=false" in argv
-        assert "env.expert_takeover_before_miss=false" in argv
-        assert "env.expert_takeover_miss_wait_ticks=0" in argv
-        assert "env.expert_takeover_reopen_only=false" in argv
-        assert "env.expert_takeover_max_corrections=1" in argv
+        assert "env.takeover.ticks=0" in argv and "env.takeover.on_miss=false" in argv
+        assert "env.takeover.before_miss=false" in argv
+        assert "env.takeover.miss_wait_ticks=0" in argv
+        assert "env.takeover.reopen_only=false" in argv
+        assert "env.takeover.max_corrections=1" in argv
 
 
 def test_evaluations_sample_at_the_evaluation_temperature_while_fine_tuning_explores(

@@ -14,7 +14,8 @@ from robotrl.actor.latency import seconds_to_ticks
 from robotrl.actor.main import build_loop
 from robotrl.actor.slots import PolicySlots
 from robotrl.cli import main as cli
-from robotrl.config.schema import ActorConfig, LatencyConfig, LatencyKind, Strategy
+from robotrl.config.actor import ActorConfig, Strategy
+from robotrl.config.latency import LatencyConfig, LatencyKind
 
 
 def test_warm_up_inferences_are_not_timed():

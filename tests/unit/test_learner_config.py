@@ -4,25 +4,25 @@ from __future__ import annotations
 
 import pytest
 
+from robotrl.config.learner import AlgorithmKind
 from robotrl.config.load import ConfigError, load_config
-from robotrl.config.schema import AlgorithmKind
 
 
 def test_learner_presets_compose():
     assert load_config(["learner=bc"]).learner.algorithm is AlgorithmKind.bc
-    cfg = load_config(["learner=rapi", "learner.max_policy_lag=3", "learner.critic_images=false"])
-    assert cfg.learner.max_policy_lag == 3 and not cfg.learner.critic_images
+    cfg = load_config(["learner=rapi", "learner.max_policy_lag=3", "learner.rapi.critic_images=false"])
+    assert cfg.learner.max_policy_lag == 3 and not cfg.learner.rapi.critic_images
 
 
 @pytest.mark.parametrize(
     ("override", "field"),
     [
-        ("learner.target_tau=0", "learner.target_tau"),
-        ("learner.target_tau=1.5", "learner.target_tau"),
+        ("learner.rapi.target_tau=0", "learner.rapi.target_tau"),
+        ("learner.rapi.target_tau=1.5", "learner.rapi.target_tau"),
         ("learner.grad_clip=0", "learner.grad_clip"),
         ("learner.learning_starts=-1", "learner.learning_starts"),
         ("learner.max_groups=-1", "learner.max_groups"),
-        ("learner.critic_hidden=0", "learner.critic_hidden"),
+        ("learner.rapi.critic_hidden=0", "learner.rapi.critic_hidden"),
         ("learner.log_every_groups=0", "learner.log_every_groups"),
         ("learner.fastest_successes=-2", "learner.fastest_successes"),
         ("learner.online_capacity=50", "learner.online_capacity"),

@@ -9,7 +9,7 @@ import pytest
 import torch
 from learner_doubles import MLPChunkPolicy, episode_batch
 
-from robotrl.config.schema import AdvantageKind, LearnerConfig
+from robotrl.config.learner import AdvantageKind, LearnerConfig, RapiConfig
 from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, PREFIX_LEN_KEY, STATE_KEY
 from robotrl.learner.bc import BehaviourCloning
 from robotrl.learner.rapi import RAPI, effective_share, expectile_loss, temperature_for_share
@@ -47,7 +47,11 @@ def quick_cfg(**kw: object) -> LearnerConfig:
         batch_size=64,
     )
     base.update(kw)
-    return LearnerConfig(**base)  # type: ignore[arg-type]
+    rapi = {f.name for f in dataclasses.fields(RapiConfig)}
+    return LearnerConfig(
+        rapi=RapiConfig(**{k: v for k, v in base.items() if k in rapi}),  # type: ignore[arg-type]
+        **{k: v for k, v in base.items() if k not in rapi},  # type: ignore[arg-type]
+    )
 
 
 def test_expectile_loss_weights_underestimates_by_tau():
@@ -164,7 +168,7 @@ def test_a_target_weight_share_chooses_beta_per_batch_and_still_picks_the_better
         logs = algo.update_group(lambda: buf.sample(64, rng))
     assert mean_first_action(policy, horizon) > 0.3
     assert logs["weight_ess"] == pytest.approx(0.75, abs=0.01)
-    assert logs["beta"] != cfg.beta
+    assert logs["beta"] != cfg.rapi.beta
 
 
 def test_no_actor_update_before_the_critic_warm_up():

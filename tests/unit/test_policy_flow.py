@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from robotrl.actor.run import make_policy as actor_policy
-from robotrl.config.schema import PolicyConfig, PolicySize
+from robotrl.config.policy import PolicyConfig, PolicySize
 from robotrl.core.protocols import ChunkPolicy
 from robotrl.core.types import (
     ACTION_KEY,

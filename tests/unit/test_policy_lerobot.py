@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from robotrl.config.schema import PolicyConfig, PolicyKind
+from robotrl.config.policy import PolicyConfig, PolicyKind
 from robotrl.core.protocols import ChunkPolicy
 from robotrl.core.types import (
     ACTION_KEY,

@@ -9,7 +9,7 @@ from robotrl.sim import make_env
 from robotrl.sim.envs import OBSTACLE_KEEP_OUT, SO101Env
 from robotrl.sim.experts import AVOID_DETOUR, AvoidExpert, detour, make_expert
 
-from robotrl.config.schema import EnvConfig
+from robotrl.config.env import EnvConfig
 
 AVOID = "robotrl/SO101Avoid-v0"
 

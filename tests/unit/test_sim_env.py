@@ -10,7 +10,7 @@ from gymnasium.utils.env_checker import check_env
 from robotrl.sim import so101
 from robotrl.sim.envs import SO101Env
 
-from robotrl.config.schema import EnvConfig
+from robotrl.config.env import EnvConfig, TakeoverConfig
 from robotrl.core.protocols import RobotEnv, StepResult
 from robotrl.core.types import Observation
 
@@ -245,7 +245,7 @@ def test_a_scripted_takeover_drives_from_its_tick_and_reports_it_as_an_intervent
     from robotrl.sim import make_env
 
     cfg = EnvConfig(
-        id="robotrl/SO101PickPlace-v0", cameras=[], privileged_state=True, expert_takeover_ticks=5
+        id="robotrl/SO101PickPlace-v0", cameras=[], privileged_state=True, takeover=TakeoverConfig(ticks=5)
     )
     env = make_env(cfg)
     obs = env.reset(seed=3)
@@ -274,8 +274,7 @@ def test_a_missed_grasp_is_corrected_by_the_expert_who_hands_back_once_the_cube_
         id="robotrl/SO101PickPlace-v0",
         cameras=[],
         privileged_state=True,
-        expert_takeover_on_miss=True,
-        expert_takeover_miss_wait_ticks=wait,
+        takeover=TakeoverConfig(on_miss=True, miss_wait_ticks=wait),
     )
     env = make_env(cfg)
     obs = env.reset(seed=3)
@@ -310,8 +309,7 @@ def _shutting_jaws_on_air_under_a_takeover(**takeover: bool | int) -> list[StepR
         id="robotrl/SO101PickPlace-v0",
         cameras=[],
         privileged_state=True,
-        expert_takeover_on_miss=True,
-        **takeover,
+        takeover=TakeoverConfig(on_miss=True, **takeover),  # type: ignore[arg-type]
     )
     env = make_env(cfg)
     obs = env.reset(seed=3)
@@ -329,7 +327,7 @@ def test_a_reopen_only_takeover_hands_back_with_the_jaws_open_above_the_cube():
     from robotrl.sim.intervention import JAWS_OPEN
     from robotrl.sim.scene import CUBE_HALF
 
-    steps = _shutting_jaws_on_air_under_a_takeover(expert_takeover_reopen_only=True)
+    steps = _shutting_jaws_on_air_under_a_takeover(reopen_only=True)
     flags = [bool(s.info.get("intervention", False)) for s in steps]
     took_over = flags.index(True)
     handed_back = flags.index(False, took_over)
@@ -344,8 +342,8 @@ def test_a_reopen_only_takeover_hands_back_with_the_jaws_open_above_the_cube():
 @pytest.mark.parametrize("max_corrections", [1, 2])
 def test_the_expert_corrects_at_most_max_corrections_grasps_per_episode(max_corrections: int):
     steps = _shutting_jaws_on_air_under_a_takeover(
-        expert_takeover_reopen_only=True,  # short takeovers: several fit in one episode
-        expert_takeover_max_corrections=max_corrections,
+        reopen_only=True,  # short takeovers: several fit in one episode
+        max_corrections=max_corrections,
     )
     flags = [bool(s.info.get("intervention", False)) for s in steps]
     takeovers = sum(1 for before, now in zip([False, *flags], flags, strict=False) if now and not before)
@@ -365,7 +363,10 @@ def _grasp_under_a_takeover_before_a_miss(high_by: float, aside_by: float) -> tu
             return super()._move_towards(np.array([goal[0], goal[1], max(goal[2], floor)]))
 
     cfg = EnvConfig(
-        id="robotrl/SO101PickPlace-v0", cameras=[], privileged_state=True, expert_takeover_before_miss=True
+        id="robotrl/SO101PickPlace-v0",
+        cameras=[],
+        privileged_state=True,
+        takeover=TakeoverConfig(before_miss=True),
     )
     env = make_env(cfg)
     policy = Policy(noise=0.0, seed=0)

@@ -7,7 +7,7 @@ import pytest
 from robotrl.sim import make_env
 from robotrl.sim.experts import make_expert
 
-from robotrl.config.schema import EnvConfig
+from robotrl.config.env import EnvConfig
 
 IDS = ["robotrl/SO101Reach-v0", "robotrl/SO101Track-v0", "robotrl/SO101PickPlace-v0", "robotrl/SO101Avoid-v0"]
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from robotrl.sim.latency import build_latency_model, load_profile
 
-from robotrl.config.schema import LatencyConfig, LatencyKind
+from robotrl.config.latency import LatencyConfig, LatencyKind
 from robotrl.core.protocols import LatencyModel
 
 N = 40_000

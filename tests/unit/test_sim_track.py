@@ -9,7 +9,7 @@ from robotrl.sim import make_env
 from robotrl.sim.envs import TRACK_HOLD_TICKS, TRACK_OMEGA, SO101Env
 from robotrl.sim.experts import make_expert, predict_target
 
-from robotrl.config.schema import EnvConfig
+from robotrl.config.env import EnvConfig
 
 TRACK = "robotrl/SO101Track-v0"
 

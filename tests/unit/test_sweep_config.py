@@ -3,8 +3,8 @@ sweeps, and each chunk still runs after the largest one (else prefix would be cu
 
 from __future__ import annotations
 
+from robotrl.config.latency import LatencyKind, parse_latency
 from robotrl.config.load import load_config
-from robotrl.config.schema import LatencyKind, parse_latency
 
 
 def test_the_committed_prefix_covers_the_largest_constant_delay():
