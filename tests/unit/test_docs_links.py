@@ -38,10 +38,6 @@ PENDING = frozenset(
         "robotrl/core/columns.py",  # schema area
         "robotrl/data/lerobot_dataset.py",  # schema area
         "robotrl/learner/rows.py",  # schema area
-        "robotrl/transport/link.py",  # transport area
-        "robotrl/transport/inproc.py",  # transport area
-        "robotrl/wire/inference.py",  # transport area
-        "robotrl/policy/weights.py",  # transport area
     }
 )
 """Modules of issue 30's target layout that the docs already name and parallel branches create.
