@@ -45,6 +45,7 @@ from robotrl.policy.checkpoint import (
     spec_from_dict,
     write_meta,
 )
+from robotrl.policy.inputs import check_observation_shapes
 from robotrl.policy.weights import load_parameters
 
 ARCHITECTURE = "robotrl.flow"
@@ -309,23 +310,8 @@ class FlowChunkPolicy(nn.Module):
     # ------------------------------------------------------------------ inference
     def check_observation(self, obs: Observation) -> None:
         """Raise ValueError naming the key when ``obs`` does not fit this policy."""
-        state = np.asarray(obs.state)
-        if state.shape != (self.spec.state_dim,):
-            raise ValueError(
-                f"observation {keys.STATE!r}: expected shape ({self.spec.state_dim},), got {state.shape}"
-            )
-        for cam in self.cameras:
-            key = keys.IMAGE_PREFIX + cam
-            if cam not in obs.images:
-                raise ValueError(
-                    f"observation {key!r} is missing (this policy reads cameras {list(self.cameras)})"
-                )
-            img = obs.images[cam]
-            expected = tuple(self.spec.camera_shapes[cam])
-            if img.shape != expected or img.dtype != np.uint8:
-                raise ValueError(
-                    f"observation {key!r}: expected uint8 {expected}, got {img.dtype} {tuple(img.shape)}"
-                )
+        cameras = {cam: tuple(self.spec.camera_shapes[cam]) for cam in self.cameras}
+        check_observation_shapes(obs, (self.spec.state_dim,), cameras)
 
     def infer(
         self,

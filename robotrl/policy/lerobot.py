@@ -41,6 +41,7 @@ from robotrl.config.policy import PolicyConfig, PolicyKind
 from robotrl.core import keys
 from robotrl.core.types import EnvSpec, FloatArray, Observation
 from robotrl.policy.checkpoint import META_FILE, CheckpointError, expect_architecture, read_meta, write_meta
+from robotrl.policy.inputs import check_observation_shapes
 from robotrl.policy.weights import load_parameters
 
 ARCHITECTURE = "robotrl.lerobot"
@@ -178,24 +179,14 @@ class LerobotChunkPolicy(nn.Module):
 
     # ------------------------------------------------------------------ inference
     def check_observation(self, obs: Observation) -> None:
+        """Raise ValueError naming the key when ``obs`` does not fit the policy's input features."""
         state_feat = self.config.input_features.get(keys.STATE)
-        if state_feat is not None and np.asarray(obs.state).shape != tuple(state_feat.shape):
-            raise ValueError(
-                f"observation {keys.STATE!r}: expected shape {tuple(state_feat.shape)}, "
-                f"got {np.shape(obs.state)}"
-            )
+        state_shape = None if state_feat is None else tuple(state_feat.shape)
+        cameras = {}
         for cam in self.cameras:
-            key = keys.IMAGE_PREFIX + cam
-            if cam not in obs.images:
-                raise ValueError(
-                    f"observation {key!r} is missing (this policy reads cameras {list(self.cameras)})"
-                )
-            c, h, w = self.config.input_features[key].shape
-            img = obs.images[cam]
-            if img.shape != (h, w, c) or img.dtype != np.uint8:
-                raise ValueError(
-                    f"observation {key!r}: expected uint8 {(h, w, c)}, got {img.dtype} {img.shape}"
-                )
+            c, h, w = self.config.input_features[keys.IMAGE_PREFIX + cam].shape
+            cameras[cam] = (h, w, c)
+        check_observation_shapes(obs, state_shape, cameras)
 
     def _observation_frame(self, obs: Observation) -> dict[str, Any]:
         frame: dict[str, Any] = {
