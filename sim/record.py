@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from robotrl.sim import so101
 from robotrl.sim.envs import SO101Env
 from robotrl.sim.experts import PickPlaceExpert, make_expert
-from robotrl.sim.registry import task_of
+from robotrl.sim.registry import so101_env
 from robotrl.sim.so101 import Array
 
 from robotrl.config.schema import RobotRLConfig
@@ -57,17 +57,7 @@ def record(cfg: RobotRLConfig) -> int:
         shutil.rmtree(root)
 
     e = cfg.env
-    env = SO101Env(
-        task=task_of(e.id),
-        control_hz=e.control_hz,
-        max_episode_ticks=e.max_episode_ticks,
-        cameras=tuple(e.cameras),
-        image_size=e.image_size,
-        privileged_state=True,
-        tip_position=e.tip_position,
-        domain_randomization=e.domain_randomization,
-        dense_reward=e.dense_reward,
-    )
+    env = so101_env(e, privileged_state=True)  # the experts read the cube pose
     names = (
         env.state_names
         if e.privileged_state

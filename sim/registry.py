@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import gymnasium as gym
 
 from robotrl.config.env import EnvConfig
 from robotrl.core.protocols import RobotEnv
+
+if TYPE_CHECKING:
+    from robotrl.sim.envs import SO101Env
 
 ENV_IDS: dict[str, str] = {
     "robotrl/SO101Reach-v0": "reach",
@@ -29,26 +34,33 @@ def task_of(env_id: str) -> str:
     return ENV_IDS[env_id]
 
 
+def so101_env(cfg: EnvConfig, *, privileged_state: bool) -> SO101Env:
+    """The gymnasium env of ``cfg``. ``privileged_state`` is not always the config's: the
+    recorder's experts read the cube pose, so it always asks for it and drops it from the dataset."""
+    from robotrl.sim.envs import SO101Env
+
+    return SO101Env(
+        task=task_of(cfg.id),
+        control_hz=cfg.control_hz,
+        max_episode_ticks=cfg.max_episode_ticks,
+        cameras=tuple(cfg.cameras),
+        image_size=cfg.image_size,
+        privileged_state=privileged_state,
+        tip_position=cfg.tip_position,
+        domain_randomization=cfg.domain_randomization,
+        dense_reward=cfg.dense_reward,
+    )
+
+
 def make_env(cfg: EnvConfig, seed_offset: int = 0) -> RobotEnv:
     """The task of ``cfg`` as a :class:`RobotEnv` (robotrl's protocol: Observation, StepResult).
 
     ``seed_offset`` shifts every reset seed, so several actors on one config see
     different episodes.
     """
-    from robotrl.sim.envs import SO101Env
     from robotrl.sim.robot_env import SimRobotEnv
 
-    env = SO101Env(
-        task=task_of(cfg.id),
-        control_hz=cfg.control_hz,
-        max_episode_ticks=cfg.max_episode_ticks,
-        cameras=tuple(cfg.cameras),
-        image_size=cfg.image_size,
-        privileged_state=cfg.privileged_state,
-        tip_position=cfg.tip_position,
-        domain_randomization=cfg.domain_randomization,
-        dense_reward=cfg.dense_reward,
-    )
+    env = so101_env(cfg, privileged_state=cfg.privileged_state)
     sim: RobotEnv = SimRobotEnv(env, name=cfg.id, seed_offset=seed_offset)
     takeover = cfg.takeover
     if takeover.enabled:

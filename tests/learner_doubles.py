@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, PREFIX_LEN_KEY, STATE_KEY, Observation
+from robotrl.core import keys
+from robotrl.core.types import Observation
 
 
 class MLPChunkPolicy(nn.Module):
@@ -46,10 +47,10 @@ class MLPChunkPolicy(nn.Module):
         return torch.where(committed[..., None], prefix, out)
 
     def per_sample_loss(self, batch: Mapping[str, Any]) -> torch.Tensor:
-        action = batch[ACTION_KEY].float()
-        prefix_len = batch[PREFIX_LEN_KEY]
-        pred = self._forward(batch[STATE_KEY], action, prefix_len)
-        chosen = batch[ACTION_MASK_KEY] & (
+        action = batch[keys.ACTION].float()
+        prefix_len = batch[keys.PREFIX_LEN]
+        pred = self._forward(batch[keys.STATE], action, prefix_len)
+        chosen = batch[keys.ACTION_MASK] & (
             torch.arange(self._h, device=action.device)[None, :] >= prefix_len[:, None]
         )
         err = ((pred - action) ** 2).mean(-1) * chosen

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import zmq
 from rich.console import Console
 
 from robotrl.bench.proxy import TcpProxy
@@ -41,6 +40,7 @@ from robotrl.bench.report import report
 from robotrl.core import run_folder
 from robotrl.learner.journal import LEDGER_FILE
 from robotrl.transport.ledger import SeqLedger
+from robotrl.transport.sockets import free_endpoint
 from robotrl.transport.spool import Spool
 from robotrl.wire.messages import message_to_transition_batch
 
@@ -67,15 +67,6 @@ LEARNER = [
 PARTITION_S = 3.0
 FREEZE_S = 3.0
 _pause = threading.Event()  # never set: waiting on it is a pause
-
-
-def _free_port() -> int:
-    ctx = zmq.Context()
-    probe = ctx.socket(zmq.ROUTER)
-    port = probe.bind_to_random_port("tcp://127.0.0.1")
-    probe.close(linger=0)
-    ctx.term()
-    return port
 
 
 def tree_rss_mb(pid: int) -> float:
@@ -143,10 +134,8 @@ class Soak:
         self.root, self.seconds = root, seconds
         self.run_dir = root / "run"
         self.run_dir.mkdir(parents=True)
-        t_port, w_port = _free_port(), _free_port()
-        self.proxies = {
-            a: (TcpProxy(f"tcp://127.0.0.1:{t_port}"), TcpProxy(f"tcp://127.0.0.1:{w_port}")) for a in ACTORS
-        }
+        transitions, weights = free_endpoint(), free_endpoint()
+        self.proxies = {a: (TcpProxy(transitions), TcpProxy(weights)) for a in ACTORS}
         cli = [sys.executable, "-m", "robotrl.cli"]
         common = [*COMMON, f"run_dir={self.run_dir}", f"transport.spool_dir={root / 'spool'}"]
         self.learner = Role(
@@ -156,8 +145,8 @@ class Soak:
                 "learner",
                 *common,
                 *LEARNER,
-                f"transport.transitions_endpoint=tcp://127.0.0.1:{t_port}",
-                f"transport.weights_endpoint=tcp://127.0.0.1:{w_port}",
+                f"transport.transitions_endpoint={transitions}",
+                f"transport.weights_endpoint={weights}",
             ],
             root / run_folder.role_log_name("learner"),
         )

@@ -19,7 +19,8 @@ from typing import Any, Final, Protocol
 
 import numpy as np
 
-from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY, TASK_KEY, Transition
+from robotrl.core import keys
+from robotrl.core.types import Transition
 
 
 class Shape(Enum):
@@ -102,16 +103,16 @@ def _col(
 
 
 COLUMNS: Final[tuple[Column, ...]] = (
-    _col("state", np.float32, Shape.STATE, 0.0, source="observation.state", feature=STATE_KEY,
+    _col("state", np.float32, Shape.STATE, 0.0, source="observation.state", feature=keys.STATE,
          next_name="next_state", finite=True),
-    _col("images", np.uint8, Shape.IMAGE, 0, source="observation.images", feature=IMAGE_KEY_PREFIX,
+    _col("images", np.uint8, Shape.IMAGE, 0, source="observation.images", feature=keys.IMAGE_PREFIX,
          next_name="next_images"),
-    _col("instruction", np.str_, Shape.TEXT, "", source="observation.instruction", feature=TASK_KEY),
+    _col("instruction", np.str_, Shape.TEXT, "", source="observation.instruction", feature=keys.TASK),
     _col("obs_timestamp", np.float64, Shape.SCALAR, 0.0, source="observation.timestamp",
          feature="obs_timestamp", next_name="next_timestamp"),
     _col("tick", np.int64, Shape.SCALAR, 0, feature="tick", next_name="next_tick"),
     _col("episode_id", np.int64, Shape.SCALAR, 0, feature="actor_episode"),
-    _col("action", np.float32, Shape.ACTION, 0.0, feature=ACTION_KEY, finite=True),
+    _col("action", np.float32, Shape.ACTION, 0.0, feature=keys.ACTION, finite=True),
     _col("proposed_action", np.float32, Shape.ACTION, 0.0, feature="proposed_action", finite=True),
     _col("reward", np.float32, Shape.SCALAR, 0.0, feature="next.reward", finite=True),
     # Recorded as lerobot's next.success: robotrl's recordings mark success by termination.

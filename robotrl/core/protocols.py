@@ -84,10 +84,10 @@ class ChunkPolicy(Protocol):
         """Supervised loss per sample: a (B,) tensor, so a learner can weight samples.
 
         ``batch`` holds torch tensors on the policy's device, keyed as in
-        :mod:`robotrl.core.types`: ``STATE_KEY`` (B, S) float32, ``IMAGE_KEY_PREFIX``
-        + camera (B, H, W, 3) uint8, ``TASK_KEY`` a list of B strings, ``ACTION_KEY``
-        (B, H, A) the executed chunk, ``PREFIX_LEN_KEY`` (B,) int64 and
-        ``ACTION_MASK_KEY`` (B, H) bool. Rows before the prefix length are given to
+        :mod:`robotrl.core.keys`: ``keys.STATE`` (B, S) float32, ``keys.IMAGE_PREFIX``
+        + camera (B, H, W, 3) uint8, ``keys.TASK`` a list of B strings, ``keys.ACTION``
+        (B, H, A) the executed chunk, ``keys.PREFIX_LEN`` (B,) int64 and
+        ``keys.ACTION_MASK`` (B, H) bool. Rows before the prefix length are given to
         the policy as its committed prefix and excluded from the loss, as are
         masked rows.
         """

@@ -21,20 +21,6 @@ import numpy.typing as npt
 FloatArray = npt.NDArray[np.float32]
 ImageArray = npt.NDArray[np.uint8]
 
-# Feature names shared by datasets (lerobot's own naming), training batches and policies.
-STATE_KEY = "observation.state"
-"""float32 (..., state_dim): joint positions (action units), joint velocities, then extras."""
-IMAGE_KEY_PREFIX = "observation.images."
-"""+ camera name: uint8 (..., H, W, 3) RGB."""
-ACTION_KEY = "action"
-"""float32: (..., action_dim) per tick in datasets; (B, H, action_dim) chunks in training batches."""
-TASK_KEY = "task"
-"""The language instruction: a list of B strings in training batches."""
-PREFIX_LEN_KEY = "prefix_len"
-"""int64 (B,): committed prefix length d of each training chunk; the loss covers rows [d, H)."""
-ACTION_MASK_KEY = "action_mask"
-"""bool (B, H): True for real actions; False for padding after an episode's end."""
-
 OUTCOME_INFO_KEY = "outcome"
 """Step info on an episode's last step: how it ended, in a few words ("success", "timeout", "cube
 pushed, never lifted"); environments that can tell set it, and `robotrl eval` counts them."""

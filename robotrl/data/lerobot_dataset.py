@@ -20,9 +20,9 @@ import numpy as np
 import numpy.typing as npt
 from rich.progress import track
 
+from robotrl.core import keys
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.columns import BY_NAME, Column, Shape
-from robotrl.core.types import IMAGE_KEY_PREFIX, TASK_KEY
 
 DONE_FEATURE = "next.done"
 SUCCESS_FEATURE = "next.success"
@@ -59,7 +59,7 @@ def _features(
         feature = _feature_of(c)
         if c.shape is Shape.IMAGE:
             for cam, shape in camera_shapes.items():
-                out[IMAGE_KEY_PREFIX + cam] = {
+                out[keys.IMAGE_PREFIX + cam] = {
                     "dtype": "video" if video else "image",
                     "shape": tuple(shape),
                     "names": ["height", "width", "channels"],
@@ -118,9 +118,9 @@ class DatasetWriter:
         for c in self._columns:
             value, feature = values[c.name], _feature_of(c)
             if c.shape is Shape.IMAGE:
-                frame.update({IMAGE_KEY_PREFIX + cam: value[cam] for cam in self._cameras})
+                frame.update({keys.IMAGE_PREFIX + cam: value[cam] for cam in self._cameras})
             elif c.shape is Shape.TEXT:
-                frame[TASK_KEY] = value
+                frame[keys.TASK] = value
             elif feature == DONE_FEATURE:
                 frame[DONE_FEATURE] = np.array([bool(values["terminated"]) or bool(value)])
             elif feature:
@@ -160,7 +160,7 @@ class RecordedDataset:
         self.features: dict[str, dict[str, Any]] = dict(self.lerobot.features)
         self.fps = float(self.lerobot.fps)
         self.cameras = [
-            k.removeprefix(IMAGE_KEY_PREFIX) for k in self.features if k.startswith(IMAGE_KEY_PREFIX)
+            k.removeprefix(keys.IMAGE_PREFIX) for k in self.features if k.startswith(keys.IMAGE_PREFIX)
         ]
         for c in (BY_NAME["state"], BY_NAME["action"]):
             if c.feature not in self.features:
@@ -196,7 +196,7 @@ class RecordedDataset:
 
     def camera_shape(self, camera: str) -> tuple[int, int, int]:
         """The recorded H x W x 3 shape of a camera's frames."""
-        h, w, ch = (int(x) for x in self.features[IMAGE_KEY_PREFIX + camera]["shape"])
+        h, w, ch = (int(x) for x in self.features[keys.IMAGE_PREFIX + camera]["shape"])
         return (w, ch, h) if h == 3 and ch != 3 else (h, w, ch)  # some datasets declare C x H x W
 
     def names(self, column: str) -> tuple[str, ...]:
@@ -262,7 +262,7 @@ class RecordedDataset:
         if not cameras:
             return {}
         item = self.lerobot[row]
-        return {c: _hwc_uint8(item[IMAGE_KEY_PREFIX + c]) for c in self._known(cameras)}
+        return {c: _hwc_uint8(item[keys.IMAGE_PREFIX + c]) for c in self._known(cameras)}
 
     def _known(self, cameras: Sequence[str]) -> Sequence[str]:
         missing = [c for c in cameras if c not in self.cameras]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from robotrl.core import keys
 from robotrl.core.batch import TransitionBatch
-from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY
 from robotrl.data.lerobot_dataset import DatasetError, RecordedDataset
 from robotrl.learner.replay import ReplaySpec
 
@@ -25,13 +25,13 @@ DEMO_COLUMNS = ("state", "action", "reward", "instruction")
 
 def _check_shapes(ds: RecordedDataset, spec: ReplaySpec) -> None:
     have: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = [
-        (STATE_KEY, ds.shape("state"), (spec.state_dim,)),
-        (ACTION_KEY, ds.shape("action"), (spec.action_dim,)),
+        (keys.STATE, ds.shape("state"), (spec.state_dim,)),
+        (keys.ACTION, ds.shape("action"), (spec.action_dim,)),
     ]
     for cam, cam_shape in spec.cameras.items():
         if cam not in ds.cameras:
             raise DatasetError(f"{ds.where}: has no camera {cam!r} (it has {ds.cameras})")
-        have.append((IMAGE_KEY_PREFIX + cam, ds.camera_shape(cam), tuple(cam_shape)))
+        have.append((keys.IMAGE_PREFIX + cam, ds.camera_shape(cam), tuple(cam_shape)))
     for key, shape, need in have:
         if shape != need:
             raise DatasetError(f"{ds.where}: feature {key!r} has shape {shape}, the learner needs {need}")

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, IMAGE_KEY_PREFIX, STATE_KEY
+from robotrl.core import keys
 from robotrl.policy.flow import CONSTANT_STATE_STD
 
 
@@ -75,11 +75,11 @@ class ObsEncoder(nn.Module):
         self.register_buffer("state_std", torch.ones(state_dim))
 
     def forward(self, obs: Mapping[str, Any], prefix: str = "") -> torch.Tensor:
-        parts = [zscore(obs[prefix + STATE_KEY], self.state_mean, self.state_std)]
+        parts = [zscore(obs[prefix + keys.STATE], self.state_mean, self.state_std)]
         for cam in self.cameras:
             step = self.steps[cam]
             # Subsample while still uint8 (a quarter of the bytes to convert), then NCHW floats.
-            img = obs[prefix + IMAGE_KEY_PREFIX + cam][:, ::step, ::step]
+            img = obs[prefix + keys.IMAGE_PREFIX + cam][:, ::step, ::step]
             img = img.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)
             parts.append(self.convs[cam](img))
         return torch.cat(parts, dim=-1)
@@ -125,8 +125,8 @@ class Critic(nn.Module):
                     buf.copy_(value.clamp_min(1e-3) if name.endswith("_std") else value)
 
     def q(self, features: torch.Tensor, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        mask = batch[ACTION_MASK_KEY].float()
-        actions = zscore(batch[ACTION_KEY], self.action_mean, self.action_std)
+        mask = batch[keys.ACTION_MASK].float()
+        actions = zscore(batch[keys.ACTION], self.action_mean, self.action_std)
         chunk = (actions * mask[..., None]).flatten(1)
         x = torch.cat([features, chunk, mask], dim=-1)
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)

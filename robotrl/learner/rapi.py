@@ -34,17 +34,9 @@ import torch
 from torch import nn
 
 from robotrl.config.learner import AdvantageKind, LearnerConfig
-from robotrl.core.types import ACTION_MASK_KEY, IMAGE_KEY_PREFIX, STATE_KEY
+from robotrl.core import keys
+from robotrl.learner import samples
 from robotrl.learner.nets import Critic
-from robotrl.learner.samples import (
-    ACTOR_SAMPLE_KEY,
-    DISCOUNT_KEY,
-    DONE_KEY,
-    NEXT_PREFIX,
-    POLICY_MASK_KEY,
-    RETURN_TO_GO_KEY,
-    REWARD_KEY,
-)
 from robotrl.learner.torch_utils import autocast, to_torch
 from robotrl.policy.average import WeightAverage
 
@@ -124,16 +116,17 @@ class PolicyTrainer:
 
     def _policy_step(self, batch: Mapping[str, Any], weights: torch.Tensor | None) -> float:
         self.policy.train()
-        if POLICY_MASK_KEY in batch:  # the actor learns a chunk's own rows (see replay.POLICY_MASK_KEY)
-            batch = {**batch, ACTION_MASK_KEY: batch[POLICY_MASK_KEY]}
+        # The actor learns a chunk's own rows (see samples.POLICY_MASK_KEY).
+        if samples.POLICY_MASK_KEY in batch:
+            batch = {**batch, keys.ACTION_MASK: batch[samples.POLICY_MASK_KEY]}
         with autocast(self.device):
             per_sample = self.policy.per_sample_loss(batch).float()
         # Weights are self-normalised (a weighted mean): they choose which samples to imitate, not
         # how far to step, so RAPI's step size is BC's and a batch of large weights cannot blow it up.
-        # Only chunk-start and demonstration windows teach the actor (see replay.ACTOR_SAMPLE_KEY).
+        # Only chunk-start and demonstration windows teach the actor (see samples.ACTOR_SAMPLE_KEY).
         w = torch.ones_like(per_sample) if weights is None else weights
-        if ACTOR_SAMPLE_KEY in batch:
-            w = w * batch[ACTOR_SAMPLE_KEY].to(w.device, w.dtype)
+        if samples.ACTOR_SAMPLE_KEY in batch:
+            w = w * batch[samples.ACTOR_SAMPLE_KEY].to(w.device, w.dtype)
         loss = (per_sample * w).sum() / w.sum().clamp_min(1e-12)
         self.policy_opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -197,22 +190,22 @@ class RAPI(PolicyTrainer):
 
     def _target_values(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """(min target Q of (s, a), target V of s'), from one target encoder pass over s and s'."""
-        b = len(batch[STATE_KEY])
-        both = {key: torch.cat([batch[key], batch[NEXT_PREFIX + key]]) for key in self._obs_keys}
+        b = len(batch[keys.STATE])
+        both = {key: torch.cat([batch[key], batch[samples.NEXT_PREFIX + key]]) for key in self._obs_keys}
         feat = self.target.encoder(both)
         q1, q2 = self.target.q(feat[:b], batch)
         return torch.minimum(q1, q2).float(), self.target.value(feat[b:]).float()
 
     @property
     def _obs_keys(self) -> list[str]:
-        return [STATE_KEY, *(IMAGE_KEY_PREFIX + cam for cam in self.target.encoder.cameras)]
+        return [keys.STATE, *(keys.IMAGE_PREFIX + cam for cam in self.target.encoder.cameras)]
 
     def critic_step(self, batch: Mapping[str, Any]) -> dict[str, float]:
         cfg = self.cfg
         with torch.no_grad(), autocast(self.device):
             q_min, v_next = self._target_values(batch)
-            not_done = 1.0 - batch[DONE_KEY].float()
-            y = batch[REWARD_KEY].float() + batch[DISCOUNT_KEY].float() * not_done * v_next
+            not_done = 1.0 - batch[samples.DONE_KEY].float()
+            y = batch[samples.REWARD_KEY].float() + batch[samples.DISCOUNT_KEY].float() * not_done * v_next
         with autocast(self.device):
             q1, q2, v = self.critic(batch)
             q_loss = (q1.float() - y).pow(2).mean() + (q2.float() - y).pow(2).mean()
@@ -235,8 +228,8 @@ class RAPI(PolicyTrainer):
         with torch.no_grad(), autocast(self.device):
             q1, q2, v = self.target(batch)
             adv = (torch.minimum(q1, q2) - v).float()
-        if self.cfg.rapi.advantage is AdvantageKind.mc and RETURN_TO_GO_KEY in batch:
-            to_go = batch[RETURN_TO_GO_KEY].to(adv.device, torch.float32)
+        if self.cfg.rapi.advantage is AdvantageKind.mc and samples.RETURN_TO_GO_KEY in batch:
+            to_go = batch[samples.RETURN_TO_GO_KEY].to(adv.device, torch.float32)
             adv = torch.where(torch.isnan(to_go), adv, to_go - v.float())
         c, beta = self.cfg.rapi.adv_clip, self.cfg.rapi.beta
         if self.cfg.rapi.weight_ess:
@@ -246,10 +239,10 @@ class RAPI(PolicyTrainer):
 
     @staticmethod
     def _taught(batch: Mapping[str, Any], like: torch.Tensor) -> torch.Tensor:
-        """bool (B,): the samples the actor learns from (see replay.ACTOR_SAMPLE_KEY)."""
-        if ACTOR_SAMPLE_KEY not in batch:
+        """bool (B,): the samples the actor learns from (see samples.ACTOR_SAMPLE_KEY)."""
+        if samples.ACTOR_SAMPLE_KEY not in batch:
             return torch.ones_like(like, dtype=torch.bool)
-        taught: torch.Tensor = batch[ACTOR_SAMPLE_KEY].to(like.device).bool()
+        taught: torch.Tensor = batch[samples.ACTOR_SAMPLE_KEY].to(like.device).bool()
         return taught
 
     def actor_step(self, batch: Mapping[str, Any]) -> dict[str, float]:
@@ -301,5 +294,5 @@ class RAPI(PolicyTrainer):
 
 
 def _mean_logs(logs: list[dict[str, float]]) -> dict[str, float]:
-    keys = {k for log in logs for k in log}
-    return {k: float(np.mean([log[k] for log in logs if k in log])) for k in sorted(keys)}
+    names = {k for log in logs for k in log}
+    return {k: float(np.mean([log[k] for log in logs if k in log])) for k in sorted(names)}

@@ -64,16 +64,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from robotrl.core import keys
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.columns import FINITE
-from robotrl.core.types import (
-    ACTION_KEY,
-    ACTION_MASK_KEY,
-    IMAGE_KEY_PREFIX,
-    PREFIX_LEN_KEY,
-    STATE_KEY,
-    TASK_KEY,
-)
 from robotrl.learner.rows import TickRows
 from robotrl.learner.samples import (
     ACTOR_SAMPLE_KEY,
@@ -364,29 +357,29 @@ class ChunkReplay:
             expert_rows = col["intervention"][safe]
             expert_start = col["intervention"][idx]
             out: Batch = {
-                STATE_KEY: col["state"][idx],
-                ACTION_KEY: col["action"][safe],
-                ACTION_MASK_KEY: mask,
+                keys.STATE: col["state"][idx],
+                keys.ACTION: col["action"][safe],
+                keys.ACTION_MASK: mask,
                 REWARD_KEY: self._return[idx],
                 RETURN_TO_GO_KEY: self._return_to_go[idx],
                 DISCOUNT_KEY: self._discount[idx],
                 DONE_KEY: self._done[idx],
                 VERSION_KEY: col["policy_version"][idx],
                 INTERVENTION_KEY: (expert_rows & mask).any(axis=1),
-                TASK_KEY: self._rows.task(idx),
-                NEXT_PREFIX + STATE_KEY: col["state"][nxt],
+                keys.TASK: self._rows.task(idx),
+                NEXT_PREFIX + keys.STATE: col["state"][nxt],
             }
             for cam, mem in self._rows.images.items():
-                out[IMAGE_KEY_PREFIX + cam] = np.asarray(mem[idx])
-                out[NEXT_PREFIX + IMAGE_KEY_PREFIX + cam] = np.asarray(mem[nxt])
+                out[keys.IMAGE_PREFIX + cam] = np.asarray(mem[idx])
+                out[NEXT_PREFIX + keys.IMAGE_PREFIX + cam] = np.asarray(mem[nxt])
         drawn = rng.integers(0, s.max_delay + 1, batch_size)
         # An expert's window (a demonstration, or a start tick a person drove) is taught as a whole,
         # with a drawn prefix: the expert acted on the state at every tick.
         expert = (delay < 0) | expert_start
         prefix = np.where(expert, drawn, np.where(chunk_start, start_delay, delay))
         out[ACTOR_SAMPLE_KEY] = chunk_start | expert
-        out[PREFIX_LEN_KEY] = np.clip(prefix, 0, np.maximum(real - 1, 0)).astype(np.int64)
-        in_prefix = np.arange(s.horizon) < out[PREFIX_LEN_KEY][:, None]
+        out[keys.PREFIX_LEN] = np.clip(prefix, 0, np.maximum(real - 1, 0)).astype(np.int64)
+        in_prefix = np.arange(s.horizon) < out[keys.PREFIX_LEN][:, None]
         own_rows = np.where(chunk_start[:, None], own_chunk | in_prefix, True)
         out[POLICY_MASK_KEY] = mask & np.where(expert_start[:, None], expert_rows, own_rows)
         return out

@@ -22,15 +22,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from robotrl.core.types import (
-    ACTION_KEY,
-    ACTION_MASK_KEY,
-    IMAGE_KEY_PREFIX,
-    PREFIX_LEN_KEY,
-    STATE_KEY,
-    TASK_KEY,
-    EnvSpec,
-)
+from robotrl.core import keys
+from robotrl.core.types import EnvSpec
 from robotrl.data.lerobot_dataset import DatasetError, RecordedDataset
 
 
@@ -127,7 +120,7 @@ class ChunkSampler:
         batch = self.batch_at(idx, rng.integers(0, self.max_delay + 1, size=size), device)
         if self.state_sigma.any():
             noise = rng.standard_normal((size, len(self.state_sigma))).astype(np.float32) * self.state_sigma
-            batch[STATE_KEY] = batch[STATE_KEY] + torch.from_numpy(noise).to(device)
+            batch[keys.STATE] = batch[keys.STATE] + torch.from_numpy(noise).to(device)
         return batch
 
     def batch_at(
@@ -141,14 +134,14 @@ class ChunkSampler:
         mask = (rows < self.episode_end[idx][:, None]) | self.hold[idx][:, None]
         rows = np.minimum(rows, self.episode_end[idx][:, None] - 1)  # pad with the last action
         batch: dict[str, Any] = {
-            STATE_KEY: torch.from_numpy(d.state[idx]).to(device),
-            ACTION_KEY: torch.from_numpy(d.action[rows]).to(device),
-            ACTION_MASK_KEY: torch.from_numpy(mask).to(device),
-            PREFIX_LEN_KEY: torch.from_numpy(np.asarray(prefix_len, np.int64)).to(device),
-            TASK_KEY: [d.tasks[i] for i in idx],
+            keys.STATE: torch.from_numpy(d.state[idx]).to(device),
+            keys.ACTION: torch.from_numpy(d.action[rows]).to(device),
+            keys.ACTION_MASK: torch.from_numpy(mask).to(device),
+            keys.PREFIX_LEN: torch.from_numpy(np.asarray(prefix_len, np.int64)).to(device),
+            keys.TASK: [d.tasks[i] for i in idx],
         }
         for cam, frames in d.images.items():
-            batch[IMAGE_KEY_PREFIX + cam] = torch.from_numpy(frames[idx]).to(device)
+            batch[keys.IMAGE_PREFIX + cam] = torch.from_numpy(frames[idx]).to(device)
         return batch
 
 

@@ -35,17 +35,8 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from robotrl.config.policy import PolicyConfig, PolicyKind, PolicySize
-from robotrl.core.types import (
-    ACTION_KEY,
-    ACTION_MASK_KEY,
-    IMAGE_KEY_PREFIX,
-    PREFIX_LEN_KEY,
-    STATE_KEY,
-    TASK_KEY,
-    EnvSpec,
-    FloatArray,
-    Observation,
-)
+from robotrl.core import keys
+from robotrl.core.types import EnvSpec, FloatArray, Observation
 from robotrl.policy.checkpoint import (
     CheckpointError,
     expect_architecture,
@@ -54,6 +45,7 @@ from robotrl.policy.checkpoint import (
     spec_from_dict,
     write_meta,
 )
+from robotrl.policy.inputs import check_observation_shapes
 from robotrl.policy.weights import load_parameters
 
 ARCHITECTURE = "robotrl.flow"
@@ -270,8 +262,8 @@ class FlowChunkPolicy(nn.Module):
         """
         state, images, tasks, actions = self._batch_inputs(batch)
         b, h, _ = actions.shape
-        prefix_len = _require(batch, PREFIX_LEN_KEY).to(self.device).long()
-        mask = _require(batch, ACTION_MASK_KEY).to(self.device).bool()
+        prefix_len = _require(batch, keys.PREFIX_LEN).to(self.device).long()
+        mask = _require(batch, keys.ACTION_MASK).to(self.device).bool()
         if prefix_len.shape != (b,) or mask.shape != (b, h):
             raise ValueError(
                 f"batch: prefix_len must be ({b},) and action_mask ({b}, {h}), "
@@ -291,50 +283,35 @@ class FlowChunkPolicy(nn.Module):
 
     def _batch_inputs(self, batch: Mapping[str, Any]) -> tuple[Tensor, dict[str, Tensor], list[str], Tensor]:
         dev = self.device
-        state = _require(batch, STATE_KEY).to(dev)
-        actions = _require(batch, ACTION_KEY).to(dev).float()
+        state = _require(batch, keys.STATE).to(dev)
+        actions = _require(batch, keys.ACTION).to(dev).float()
         b = state.shape[0]
         if state.shape != (b, self.spec.state_dim):
             raise ValueError(
-                f"batch {STATE_KEY!r}: expected (B, {self.spec.state_dim}), got {tuple(state.shape)}"
+                f"batch {keys.STATE!r}: expected (B, {self.spec.state_dim}), got {tuple(state.shape)}"
             )
         if actions.shape != (b, self.horizon, self.action_dim):
             raise ValueError(
-                f"batch {ACTION_KEY!r}: expected ({b}, {self.horizon}, {self.action_dim}), "
+                f"batch {keys.ACTION!r}: expected ({b}, {self.horizon}, {self.action_dim}), "
                 f"got {tuple(actions.shape)}"
             )
         images = {}
         for cam in self.cameras:
-            key = IMAGE_KEY_PREFIX + cam
+            key = keys.IMAGE_PREFIX + cam
             img = _require(batch, key)
             if img.ndim != 4 or img.shape[0] != b or img.shape[-1] != 3:
                 raise ValueError(f"batch {key!r}: expected (B, H, W, 3) uint8, got {tuple(img.shape)}")
             images[cam] = img.to(dev)
-        tasks = list(_require(batch, TASK_KEY))
+        tasks = list(_require(batch, keys.TASK))
         if len(tasks) != b:
-            raise ValueError(f"batch {TASK_KEY!r}: expected {b} strings, got {len(tasks)}")
+            raise ValueError(f"batch {keys.TASK!r}: expected {b} strings, got {len(tasks)}")
         return state, images, tasks, actions
 
     # ------------------------------------------------------------------ inference
     def check_observation(self, obs: Observation) -> None:
         """Raise ValueError naming the key when ``obs`` does not fit this policy."""
-        state = np.asarray(obs.state)
-        if state.shape != (self.spec.state_dim,):
-            raise ValueError(
-                f"observation {STATE_KEY!r}: expected shape ({self.spec.state_dim},), got {state.shape}"
-            )
-        for cam in self.cameras:
-            key = IMAGE_KEY_PREFIX + cam
-            if cam not in obs.images:
-                raise ValueError(
-                    f"observation {key!r} is missing (this policy reads cameras {list(self.cameras)})"
-                )
-            img = obs.images[cam]
-            expected = tuple(self.spec.camera_shapes[cam])
-            if img.shape != expected or img.dtype != np.uint8:
-                raise ValueError(
-                    f"observation {key!r}: expected uint8 {expected}, got {img.dtype} {tuple(img.shape)}"
-                )
+        cameras = {cam: tuple(self.spec.camera_shapes[cam]) for cam in self.cameras}
+        check_observation_shapes(obs, (self.spec.state_dim,), cameras)
 
     def infer(
         self,

@@ -38,18 +38,10 @@ import torch
 from torch import Tensor, nn
 
 from robotrl.config.policy import PolicyConfig, PolicyKind
-from robotrl.core.types import (
-    ACTION_KEY,
-    ACTION_MASK_KEY,
-    IMAGE_KEY_PREFIX,
-    PREFIX_LEN_KEY,
-    STATE_KEY,
-    TASK_KEY,
-    EnvSpec,
-    FloatArray,
-    Observation,
-)
+from robotrl.core import keys
+from robotrl.core.types import EnvSpec, FloatArray, Observation
 from robotrl.policy.checkpoint import META_FILE, CheckpointError, expect_architecture, read_meta, write_meta
+from robotrl.policy.inputs import check_observation_shapes
 from robotrl.policy.weights import load_parameters
 
 ARCHITECTURE = "robotrl.lerobot"
@@ -76,13 +68,13 @@ def enable_rtc(policy_cls: type, config: Any) -> bool:
 
 def _spec_from_lerobot(config: Any, name: str) -> EnvSpec:
     """An EnvSpec from a lerobot policy config's features (action bounds unknown: infinite)."""
-    state = config.input_features.get(STATE_KEY)
-    action = config.output_features[ACTION_KEY]
+    state = config.input_features.get(keys.STATE)
+    action = config.output_features[keys.ACTION]
     cameras = {}
     for key, feat in config.input_features.items():
-        if key.startswith(IMAGE_KEY_PREFIX):
+        if key.startswith(keys.IMAGE_PREFIX):
             c, h, w = feat.shape
-            cameras[key.removeprefix(IMAGE_KEY_PREFIX)] = (int(h), int(w), int(c))
+            cameras[key.removeprefix(keys.IMAGE_PREFIX)] = (int(h), int(w), int(c))
     dim = int(action.shape[0])
     return EnvSpec(
         name=name,
@@ -103,7 +95,7 @@ class LerobotChunkPolicy(nn.Module):
         self.preprocessor, self.postprocessor = preprocessor, postprocessor
         self.spec = spec
         self.config = policy.config
-        self.cameras = tuple(k.removeprefix(IMAGE_KEY_PREFIX) for k in self.config.image_features)
+        self.cameras = tuple(k.removeprefix(keys.IMAGE_PREFIX) for k in self.config.image_features)
         for cam in self.cameras:
             if cam not in spec.camera_shapes:
                 raise CheckpointError(
@@ -171,7 +163,7 @@ class LerobotChunkPolicy(nn.Module):
 
     @property
     def action_dim(self) -> int:
-        return int(self.config.output_features[ACTION_KEY].shape[0])
+        return int(self.config.output_features[keys.ACTION].shape[0])
 
     @property
     def device(self) -> torch.device:
@@ -187,32 +179,24 @@ class LerobotChunkPolicy(nn.Module):
 
     # ------------------------------------------------------------------ inference
     def check_observation(self, obs: Observation) -> None:
-        state_feat = self.config.input_features.get(STATE_KEY)
-        if state_feat is not None and np.asarray(obs.state).shape != tuple(state_feat.shape):
-            raise ValueError(
-                f"observation {STATE_KEY!r}: expected shape {tuple(state_feat.shape)}, "
-                f"got {np.shape(obs.state)}"
-            )
+        """Raise ValueError naming the key when ``obs`` does not fit the policy's input features."""
+        state_feat = self.config.input_features.get(keys.STATE)
+        state_shape = None if state_feat is None else tuple(state_feat.shape)
+        cameras = {}
         for cam in self.cameras:
-            key = IMAGE_KEY_PREFIX + cam
-            if cam not in obs.images:
-                raise ValueError(
-                    f"observation {key!r} is missing (this policy reads cameras {list(self.cameras)})"
-                )
-            c, h, w = self.config.input_features[key].shape
-            img = obs.images[cam]
-            if img.shape != (h, w, c) or img.dtype != np.uint8:
-                raise ValueError(
-                    f"observation {key!r}: expected uint8 {(h, w, c)}, got {img.dtype} {img.shape}"
-                )
+            c, h, w = self.config.input_features[keys.IMAGE_PREFIX + cam].shape
+            cameras[cam] = (h, w, c)
+        check_observation_shapes(obs, state_shape, cameras)
 
     def _observation_frame(self, obs: Observation) -> dict[str, Any]:
         frame: dict[str, Any] = {
-            STATE_KEY: torch.as_tensor(np.asarray(obs.state, dtype=np.float32)),
-            TASK_KEY: obs.instruction or self.spec.instruction,
+            keys.STATE: torch.as_tensor(np.asarray(obs.state, dtype=np.float32)),
+            keys.TASK: obs.instruction or self.spec.instruction,
         }
         for cam in self.cameras:
-            frame[IMAGE_KEY_PREFIX + cam] = torch.from_numpy(obs.images[cam]).permute(2, 0, 1).float() / 255.0
+            frame[keys.IMAGE_PREFIX + cam] = (
+                torch.from_numpy(obs.images[cam]).permute(2, 0, 1).float() / 255.0
+            )
         return frame
 
     def infer(self, observation: Observation, prefix: FloatArray | None, delay: int) -> FloatArray:
@@ -256,25 +240,25 @@ class LerobotChunkPolicy(nn.Module):
 
     # ------------------------------------------------------------------ training
     def _lerobot_batch(self, batch: Mapping[str, Any]) -> dict[str, Any]:
-        for key in (STATE_KEY, ACTION_KEY, PREFIX_LEN_KEY, ACTION_MASK_KEY, TASK_KEY):
+        for key in (keys.STATE, keys.ACTION, keys.PREFIX_LEN, keys.ACTION_MASK, keys.TASK):
             if key not in batch:
                 raise KeyError(f"batch is missing {key!r} (has {sorted(batch)})")
-        actions = batch[ACTION_KEY].float()
+        actions = batch[keys.ACTION].float()
         h = actions.shape[1]
         if h != self.horizon:
-            raise ValueError(f"batch {ACTION_KEY!r}: expected horizon {self.horizon}, got {h}")
-        in_prefix = torch.arange(h, device=actions.device) < batch[PREFIX_LEN_KEY].to(
+            raise ValueError(f"batch {keys.ACTION!r}: expected horizon {self.horizon}, got {h}")
+        in_prefix = torch.arange(h, device=actions.device) < batch[keys.PREFIX_LEN].to(
             actions.device
         ).unsqueeze(1)
         frame: dict[str, Any] = {
-            STATE_KEY: batch[STATE_KEY].float(),
-            ACTION_KEY: actions,
+            keys.STATE: batch[keys.STATE].float(),
+            keys.ACTION: actions,
             # Without prefix conditioning in the model, the prefix is excluded from the loss as padding.
-            "action_is_pad": in_prefix | ~batch[ACTION_MASK_KEY].to(actions.device).bool(),
-            TASK_KEY: list(batch[TASK_KEY]),
+            "action_is_pad": in_prefix | ~batch[keys.ACTION_MASK].to(actions.device).bool(),
+            keys.TASK: list(batch[keys.TASK]),
         }
         for cam in self.cameras:
-            key = IMAGE_KEY_PREFIX + cam
+            key = keys.IMAGE_PREFIX + cam
             if key not in batch:
                 raise KeyError(f"batch is missing {key!r} (has {sorted(batch)})")
             frame[key] = batch[key].permute(0, 3, 1, 2).float() / 255.0
@@ -292,7 +276,7 @@ class LerobotChunkPolicy(nn.Module):
             act_loss: Tensor = self._act_per_sample_loss(lb)
             return act_loss
         per_sample = []
-        b = lb[ACTION_KEY].shape[0]
+        b = lb[keys.ACTION].shape[0]
         for i in range(b):
             one = {
                 k: (v[i : i + 1] if isinstance(v, Tensor) and v.shape[:1] == (b,) else v)
@@ -310,7 +294,7 @@ class LerobotChunkPolicy(nn.Module):
             model_batch["observation.images"] = [lb[key] for key in cfg.image_features]
         actions_hat, (mu, log_sigma_x2) = self.policy.model(model_batch)
         valid = (~lb["action_is_pad"]).unsqueeze(-1).float()
-        l1: Tensor = ((lb[ACTION_KEY] - actions_hat).abs() * valid).sum((1, 2)) / (
+        l1: Tensor = ((lb[keys.ACTION] - actions_hat).abs() * valid).sum((1, 2)) / (
             valid.sum((1, 2)) * actions_hat.shape[-1]
         ).clamp_min(1)
         if cfg.use_vae and log_sigma_x2 is not None:

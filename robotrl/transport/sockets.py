@@ -75,3 +75,14 @@ def bind(sock: zmq.Socket[bytes], endpoint: str) -> str:
     sock.bind(_PORT_ZERO.sub(r"\1:*", endpoint))
     bound = sock.getsockopt(zmq.LAST_ENDPOINT)
     return bound.decode() if isinstance(bound, bytes) else str(bound)
+
+
+def free_endpoint() -> str:
+    """A loopback endpoint nobody listens on (the OS picked its port): for a peer started later
+    that must bind a port known in advance, or a test of a peer that must find nobody."""
+    ctx = zmq.Context()
+    probe = ctx.socket(zmq.ROUTER)
+    port = probe.bind_to_random_port("tcp://127.0.0.1")
+    probe.close(linger=0)
+    ctx.term()
+    return f"tcp://127.0.0.1:{port}"

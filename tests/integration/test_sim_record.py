@@ -8,7 +8,7 @@ import torch
 
 from robotrl.cli import main
 from robotrl.config.load import ConfigError, load_config
-from robotrl.core.types import ACTION_KEY, IMAGE_KEY_PREFIX, STATE_KEY
+from robotrl.core import keys
 
 
 @pytest.mark.slow
@@ -38,16 +38,16 @@ def test_recorded_expert_dataset_loads_in_lerobot(tmp_path, monkeypatch):
     assert ds.num_frames == sum(ends) == len(ds)
     assert all(10 < n <= 120 for n in ends)
     features = ds.meta.features
-    assert features[STATE_KEY]["shape"] == (15,)  # joints, velocities, goal; no privileged cube pose
-    assert features[ACTION_KEY]["names"][-1] == "gripper.pos"
-    assert features[IMAGE_KEY_PREFIX + "front"]["dtype"] == "image"
+    assert features[keys.STATE]["shape"] == (15,)  # joints, velocities, goal; no privileged cube pose
+    assert features[keys.ACTION]["names"][-1] == "gripper.pos"
+    assert features[keys.IMAGE_PREFIX + "front"]["dtype"] == "image"
     item = ds[ends[0] - 1]  # last frame of the first episode
-    assert item[STATE_KEY].shape == (15,)
-    assert item[ACTION_KEY].dtype == torch.float32
-    assert item[IMAGE_KEY_PREFIX + "front"].shape == (3, 32, 32)
+    assert item[keys.STATE].shape == (15,)
+    assert item[keys.ACTION].dtype == torch.float32
+    assert item[keys.IMAGE_PREFIX + "front"].shape == (3, 32, 32)
     assert bool(item["next.done"]) and bool(item["next.success"])
     assert item["task"].startswith("pick up the red cube")
-    actions = np.stack([ds[i][ACTION_KEY].numpy() for i in range(ends[0])])
+    actions = np.stack([ds[i][keys.ACTION].numpy() for i in range(ends[0])])
     assert actions[:, 5].max() > 30 and actions[:, 5].min() < 5  # the gripper opened and closed
 
 

@@ -16,6 +16,7 @@ import msgpack
 import zmq
 
 from robotrl.transport import protocol as p
+from robotrl.transport.sockets import free_endpoint
 from robotrl.transport.transition_receiver import TransitionReceiver
 from robotrl.transport.transitions import TransitionSender
 from robotrl.wire.codec import Message, encode
@@ -43,16 +44,6 @@ def lines(path: Path) -> list[tuple[str, str, int]]:
 
 
 LINK = {"heartbeat_s": HEARTBEAT_S, "peer_timeout_s": TIMEOUT_S}
-
-
-def free_endpoint() -> str:
-    """A loopback endpoint with nobody listening (the OS picked the port)."""
-    ctx = zmq.Context()
-    probe = ctx.socket(zmq.ROUTER)
-    port = probe.bind_to_random_port("tcp://127.0.0.1")
-    probe.close(linger=0)
-    ctx.term()
-    return f"tcp://127.0.0.1:{port}"
 
 
 def receiver(**kwargs: object) -> TransitionReceiver:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from learner_doubles import episode_batch
 
-from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, IMAGE_KEY_PREFIX, STATE_KEY, TASK_KEY
+from robotrl.core import keys
 from robotrl.data.lerobot_dataset import DatasetError
 from robotrl.learner.anchor import AnchorBuffer, AnchorFeeder
 from robotrl.learner.demos import load_demonstrations
@@ -46,14 +46,14 @@ def test_intervention_segments_are_copied_with_their_next_observation():
         feed(online, feeder, piece)
     assert len(ep) == 12 and feeder.segments_added == 1
     b = anchor.interventions.sample(200, np.random.default_rng(0))
-    ticks = b[STATE_KEY][:, 1]
+    ticks = b[keys.STATE][:, 1]
     assert set(ticks.tolist()) == {3, 4, 5, 6}
-    real = b[ACTION_MASK_KEY].sum(1)
+    real = b[keys.ACTION_MASK].sum(1)
     for i in range(200):
-        np.testing.assert_array_equal(b[ACTION_KEY][i, : real[i], 1], ticks[i] + np.arange(real[i]))
-        assert b[NEXT_PREFIX + STATE_KEY][i, 1] == ticks[i] + real[i] <= 7
+        np.testing.assert_array_equal(b[keys.ACTION][i, : real[i], 1], ticks[i] + np.arange(real[i]))
+        assert b[NEXT_PREFIX + keys.STATE][i, 1] == ticks[i] + real[i] <= 7
     assert not b[DONE_KEY].any()
-    assert (b[NEXT_PREFIX + IMAGE_KEY_PREFIX + "front"][real + ticks == 7] != 0).all()
+    assert (b[NEXT_PREFIX + keys.IMAGE_PREFIX + "front"][real + ticks == 7] != 0).all()
 
 
 def test_fastest_k_successes_are_kept_and_slower_ones_evicted():
@@ -64,7 +64,7 @@ def test_fastest_k_successes_are_kept_and_slower_ones_evicted():
         feed(online, feeder, episode_batch("a", ep, range(length), end="terminated", rewards=rewards))
     assert anchor.successes.lengths() == [4, 6]
     b = anchor.successes.table.sample(300, np.random.default_rng(1))
-    assert set(b[STATE_KEY][:, 0].tolist()) == {1.0, 4.0}  # episodes of length 6 and 4
+    assert set(b[keys.STATE][:, 0].tolist()) == {1.0, 4.0}  # episodes of length 6 and 4
     assert feeder.successes_kept == 4  # 10, 6, 8 (evicts 10), 4 (evicts 8); 12 is slower than both
 
 
@@ -74,7 +74,7 @@ def test_anchor_samples_uniformly_over_its_tables():
     feed(online, feeder, episode_batch("a", 1, range(3), end="truncated", intervention=flags))
     feed(online, feeder, episode_batch("a", 2, range(6), end="terminated", rewards=[0, 0, 0, 0, 0, 1]))
     b = anchor.sample(2000, np.random.default_rng(2))
-    frac = (b[STATE_KEY][:, 0] == 2).mean()
+    frac = (b[keys.STATE][:, 0] == 2).mean()
     assert len(anchor.interventions) == 3 and len(anchor.successes.table) == 6
     assert frac == pytest.approx(6 / 9, abs=0.04)
 
@@ -83,23 +83,23 @@ def make_dataset(root, episodes: int = 3, length: int = 6, state_dim: int = 2):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     features = {
-        STATE_KEY: {"dtype": "float32", "shape": (state_dim,), "names": None},
-        IMAGE_KEY_PREFIX + "front": {
+        keys.STATE: {"dtype": "float32", "shape": (state_dim,), "names": None},
+        keys.IMAGE_PREFIX + "front": {
             "dtype": "image",
             "shape": (8, 8, 3),
             "names": ["height", "width", "channels"],
         },
-        ACTION_KEY: {"dtype": "float32", "shape": (3,), "names": None},
+        keys.ACTION: {"dtype": "float32", "shape": (3,), "names": None},
     }
     ds = LeRobotDataset.create("local/demos", fps=30, features=features, root=root, use_videos=False)
     for ep in range(episodes):
         for t in range(length):
             ds.add_frame(
                 {
-                    STATE_KEY: np.array([ep, t, *[0] * (state_dim - 2)], np.float32),
-                    IMAGE_KEY_PREFIX + "front": np.full((8, 8, 3), 10 * t, np.uint8),
-                    ACTION_KEY: np.array([ep, t, 0], np.float32),
-                    TASK_KEY: "pick the cube",
+                    keys.STATE: np.array([ep, t, *[0] * (state_dim - 2)], np.float32),
+                    keys.IMAGE_PREFIX + "front": np.full((8, 8, 3), 10 * t, np.uint8),
+                    keys.ACTION: np.array([ep, t, 0], np.float32),
+                    keys.TASK: "pick the cube",
                 }
             )
         ds.save_episode()
@@ -114,11 +114,11 @@ def test_demonstrations_load_from_a_local_lerobot_dataset(tmp_path):
     anchor = AnchorBuffer(spec, 256, 2, max_episode_ticks=20)
     anchor.load_demos(episodes, 18)
     b = anchor.sample(300, np.random.default_rng(3))
-    ticks = b[STATE_KEY][:, 1].astype(int)
-    assert (b[IMAGE_KEY_PREFIX + "front"][:, 0, 0, 0] == 10 * ticks).all()
-    np.testing.assert_array_equal(b[ACTION_KEY][:, 0, 1], ticks)
-    assert (b[VERSION_KEY] == -1).all() and b[TASK_KEY][0] == "pick the cube"
-    last = ticks + b[ACTION_MASK_KEY].sum(1) == 6
+    ticks = b[keys.STATE][:, 1].astype(int)
+    assert (b[keys.IMAGE_PREFIX + "front"][:, 0, 0, 0] == 10 * ticks).all()
+    np.testing.assert_array_equal(b[keys.ACTION][:, 0, 1], ticks)
+    assert (b[VERSION_KEY] == -1).all() and b[keys.TASK][0] == "pick the cube"
+    last = ticks + b[keys.ACTION_MASK].sum(1) == 6
     assert b[DONE_KEY][last].all() and not b[DONE_KEY][~last].any()
     np.testing.assert_allclose(b[REWARD_KEY][last], 10.0 * 0.9 ** (5 - ticks[last]), rtol=1e-5)
 
@@ -134,11 +134,11 @@ def test_a_demonstration_window_reaches_the_learner_as_pretraining_saw_it(tmp_pa
     anchor.load_demos(load_demonstrations(tmp_path / "demos", spec, success_reward=1.0), 18)
     b = anchor.sample(300, np.random.default_rng(3))
     demos = load_demos(tmp_path / "demos", [])
-    frames = (6 * b[STATE_KEY][:, 0] + b[STATE_KEY][:, 1]).astype(np.int64)  # episodes of 6 frames
+    frames = (6 * b[keys.STATE][:, 0] + b[keys.STATE][:, 1]).astype(np.int64)  # episodes of 6 frames
     pretraining = ChunkSampler(demos, np.arange(18), H, max_delay=2).batch_at(frames, np.zeros_like(frames))
-    assert not b[ACTION_MASK_KEY].all()  # some windows run past their episode's end
-    np.testing.assert_array_equal(b[ACTION_KEY], pretraining[ACTION_KEY].numpy())
-    np.testing.assert_array_equal(b[ACTION_MASK_KEY], pretraining[ACTION_MASK_KEY].numpy())
+    assert not b[keys.ACTION_MASK].all()  # some windows run past their episode's end
+    np.testing.assert_array_equal(b[keys.ACTION], pretraining[keys.ACTION].numpy())
+    np.testing.assert_array_equal(b[keys.ACTION_MASK], pretraining[keys.ACTION_MASK].numpy())
 
 
 def test_demonstrations_with_the_wrong_state_size_are_refused_by_name(tmp_path):

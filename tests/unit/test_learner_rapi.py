@@ -10,7 +10,7 @@ import torch
 from learner_doubles import MLPChunkPolicy, episode_batch
 
 from robotrl.config.learner import AdvantageKind, LearnerConfig, RapiConfig
-from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, PREFIX_LEN_KEY, STATE_KEY
+from robotrl.core import keys
 from robotrl.learner.bc import BehaviourCloning
 from robotrl.learner.rapi import RAPI, effective_share, expectile_loss, temperature_for_share
 from robotrl.learner.replay import ChunkReplay, ReplaySpec
@@ -95,7 +95,7 @@ def test_critic_converges_to_the_known_values_of_a_chain():
     for _ in range(800):
         algo.critic_step(to_torch(buf.sample(64, rng), CPU))
     batch = to_torch(buf.sample(256, rng), CPU)
-    tick = batch[STATE_KEY].argmax(1).numpy()
+    tick = batch[keys.STATE].argmax(1).numpy()
     truth = gamma ** (length - 1 - tick)
     with torch.no_grad():
         q1, q2, v = algo.critic(batch)
@@ -119,13 +119,13 @@ def two_mode_replay(horizon: int) -> ChunkReplay:
 
 def mean_first_action(policy: MLPChunkPolicy, horizon: int) -> float:
     batch = {
-        STATE_KEY: torch.zeros(1, 2),
-        PREFIX_LEN_KEY: torch.zeros(1, dtype=torch.int64),
-        ACTION_MASK_KEY: torch.ones(1, horizon, dtype=torch.bool),
+        keys.STATE: torch.zeros(1, 2),
+        keys.PREFIX_LEN: torch.zeros(1, dtype=torch.int64),
+        keys.ACTION_MASK: torch.ones(1, horizon, dtype=torch.bool),
     }
     with torch.no_grad():
         return float(
-            policy._forward(batch[STATE_KEY], torch.zeros(1, horizon, 1), batch[PREFIX_LEN_KEY]).mean()
+            policy._forward(batch[keys.STATE], torch.zeros(1, horizon, 1), batch[keys.PREFIX_LEN]).mean()
         )
 
 
@@ -262,7 +262,7 @@ def test_the_critic_reads_state_in_the_policys_normalised_units():
         for _ in range(300):
             algo.critic_step(to_torch(buf.sample(64, rng), CPU))
         batch = to_torch(buf.sample(256, rng), CPU)
-        good = batch[STATE_KEY][:, 1] > 0
+        good = batch[keys.STATE][:, 1] > 0
         with torch.no_grad():
             q1, _, _ = algo.critic(batch)
         gaps[name] = float(q1[good].mean() - q1[~good].mean())
@@ -285,15 +285,15 @@ def test_the_critic_holds_features_constant_in_the_policys_data_at_zero():
     buf.add(b)
     batch = to_torch(buf.sample(1, np.random.default_rng(0)), CPU)
     moved = dict(batch)
-    moved[STATE_KEY] = batch[STATE_KEY] + torch.tensor([0.0, 40.0])
-    moved[NEXT_PREFIX + STATE_KEY] = moved[STATE_KEY]
-    moved[ACTION_KEY] = batch[ACTION_KEY] + torch.tensor([0.0, 40.0])
+    moved[keys.STATE] = batch[keys.STATE] + torch.tensor([0.0, 40.0])
+    moved[NEXT_PREFIX + keys.STATE] = moved[keys.STATE]
+    moved[keys.ACTION] = batch[keys.ACTION] + torch.tensor([0.0, 40.0])
     with torch.no_grad():
         before, after = algo.critic(batch), algo.critic(moved)
     for x, y in zip(before, after, strict=True):
         torch.testing.assert_close(x, y)
     shifted = dict(moved)
-    shifted[STATE_KEY] = moved[STATE_KEY] + torch.tensor([1.0, 0.0])  # a feature that varied still counts
+    shifted[keys.STATE] = moved[keys.STATE] + torch.tensor([1.0, 0.0])  # a feature that varied still counts
     with torch.no_grad():
         assert not torch.allclose(algo.critic(shifted)[2], after[2])
 
@@ -342,7 +342,7 @@ def test_samples_the_replay_marks_not_for_the_actor_do_not_move_the_policy():
     keep = np.arange(32) % 2 == 0
     batch[ACTOR_SAMPLE_KEY] = keep
     garbage = dict(batch)
-    garbage[ACTION_KEY] = np.where(keep[:, None, None], batch[ACTION_KEY], 1e4).astype(np.float32)
+    garbage[keys.ACTION] = np.where(keep[:, None, None], batch[keys.ACTION], 1e4).astype(np.float32)
     params = bc_update(batch, 2)
     torch.testing.assert_close(bc_update(garbage, 2), params)
     unmarked = dict(garbage)
@@ -360,7 +360,7 @@ def test_rows_outside_the_policy_mask_do_not_move_the_policy():
     own = np.arange(4) < 2
     batch[POLICY_MASK_KEY] = batch[POLICY_MASK_KEY] & own
     garbage = dict(batch)
-    garbage[ACTION_KEY] = np.where(own[None, :, None], batch[ACTION_KEY], 1e4).astype(np.float32)
+    garbage[keys.ACTION] = np.where(own[None, :, None], batch[keys.ACTION], 1e4).astype(np.float32)
     torch.testing.assert_close(bc_update(garbage, 4), bc_update(batch, 4))
 
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from learner_doubles import episode_batch, image_code
 
+from robotrl.core import keys
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.columns import COLUMNS
-from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, IMAGE_KEY_PREFIX, PREFIX_LEN_KEY, STATE_KEY
 from robotrl.learner.replay import ChunkReplay, ReplayError, ReplaySpec
 from robotrl.learner.samples import (
     ACTOR_SAMPLE_KEY,
@@ -38,23 +38,23 @@ def make(
 
 def check_sample(b: dict, i: int) -> tuple[int, int, int]:
     """Assert sample ``i`` is one consistent executed chunk; return (episode, tick, real actions)."""
-    ep, tick = int(b[STATE_KEY][i, 0]), int(b[STATE_KEY][i, 1])
-    mask = b[ACTION_MASK_KEY][i]
+    ep, tick = int(b[keys.STATE][i, 0]), int(b[keys.STATE][i, 1])
+    mask = b[keys.ACTION_MASK][i]
     m = int(mask.sum())
     assert m >= 1 and mask[:m].all() and not mask[m:].any()
-    acts = b[ACTION_KEY][i]
+    acts = b[keys.ACTION][i]
     assert (acts[:m, 0] == ep).all(), "a chunk crossed an episode"
     np.testing.assert_array_equal(acts[:m, 1], tick + np.arange(m))
     # past the episode's end the window repeats its last action, as pretraining pads it
     # (the policy attends to padding rows, so they must look like what it was trained on)
     assert (acts[m:] == acts[m - 1]).all()
     if not b[DONE_KEY][i]:
-        assert b[NEXT_PREFIX + STATE_KEY][i, 0] == ep
-        assert b[NEXT_PREFIX + STATE_KEY][i, 1] == tick + m
-    for cam in CAMS if IMAGE_KEY_PREFIX + "front" in b else ():
-        assert (b[IMAGE_KEY_PREFIX + cam][i] == image_code(ep, tick)).all(), "torn image"
+        assert b[NEXT_PREFIX + keys.STATE][i, 0] == ep
+        assert b[NEXT_PREFIX + keys.STATE][i, 1] == tick + m
+    for cam in CAMS if keys.IMAGE_PREFIX + "front" in b else ():
+        assert (b[keys.IMAGE_PREFIX + cam][i] == image_code(ep, tick)).all(), "torn image"
         if not b[DONE_KEY][i]:
-            assert (b[NEXT_PREFIX + IMAGE_KEY_PREFIX + cam][i] == image_code(ep, tick + m)).all()
+            assert (b[NEXT_PREFIX + keys.IMAGE_PREFIX + cam][i] == image_code(ep, tick + m)).all()
     return ep, tick, m
 
 
@@ -110,7 +110,7 @@ def test_returns_to_go_are_known_once_the_episode_ends_and_never_for_a_cut_one()
     buf.add(episode_batch("b", 2, range(8)))
     buf.add(episode_batch("b", 2, range(10, 14), end="terminated"))
     b = buf.sample(400, np.random.default_rng(5))
-    cut = np.array([b[STATE_KEY][i, 0] == 2 and b[STATE_KEY][i, 1] < 8 for i in range(400)])
+    cut = np.array([b[keys.STATE][i, 0] == 2 and b[keys.STATE][i, 1] < 8 for i in range(400)])
     assert cut.any() and np.isnan(b[RETURN_TO_GO_KEY][cut]).all()
 
 
@@ -143,7 +143,7 @@ def test_shape_mismatch_is_refused_counted_and_never_written():
     assert buf.refused_batches == 2 and buf.refused_rows == 10
     assert (len(buf), buf.rows_added) == before
     b = buf.sample(100, np.random.default_rng(3))
-    assert set(b[STATE_KEY][:, 0].tolist()) == {1.0}
+    assert set(b[keys.STATE][:, 0].tolist()) == {1.0}
 
 
 def test_non_finite_values_are_refused():
@@ -179,12 +179,12 @@ def test_prefix_len_is_the_recorded_delay_or_drawn_for_demonstrations():
     buf = make(max_delay=2)
     buf.add(episode_batch("a", 1, range(9), end="terminated", delay=3))
     b = buf.sample(300, np.random.default_rng(6))
-    m = b[ACTION_MASK_KEY].sum(1)
-    np.testing.assert_array_equal(b[PREFIX_LEN_KEY], np.minimum(3, m - 1))
+    m = b[keys.ACTION_MASK].sum(1)
+    np.testing.assert_array_equal(b[keys.PREFIX_LEN], np.minimum(3, m - 1))
     demo = make(max_delay=2)
     demo.add(episode_batch("d", 1, range(9), end="terminated", delay=-1))
     d = demo.sample(300, np.random.default_rng(7))
-    assert set(d[PREFIX_LEN_KEY].tolist()) == {0, 1, 2}
+    assert set(d[keys.PREFIX_LEN].tolist()) == {0, 1, 2}
 
 
 def test_concurrent_ingest_and_sampling_never_return_a_torn_sample():
@@ -308,11 +308,11 @@ def test_the_actor_learns_from_chunk_starts_with_their_delay_and_from_every_demo
     buf.add(TransitionBatch.from_transitions(rows[:10]))
     buf.add(TransitionBatch.from_transitions(rows[10:]))
     b = buf.sample(400, np.random.default_rng(0))
-    start = b[STATE_KEY][:, 1].astype(int)
+    start = b[keys.STATE][:, 1].astype(int)
     np.testing.assert_array_equal(b[ACTOR_SAMPLE_KEY], start % 3 == 0)
     starts = b[ACTOR_SAMPLE_KEY]
     assert starts.any() and not starts.all()
-    np.testing.assert_array_equal(b[PREFIX_LEN_KEY][starts], np.where(start[starts] == 0, 0, 1))
+    np.testing.assert_array_equal(b[keys.PREFIX_LEN][starts], np.where(start[starts] == 0, 0, 1))
     demo = make(max_delay=2)
     demo.add(episode_batch("d", 1, range(9), end="terminated", delay=-1))
     assert demo.sample(50, np.random.default_rng(1))[ACTOR_SAMPLE_KEY].all()
@@ -325,17 +325,17 @@ def test_the_actor_learns_only_the_rows_its_chunk_start_produced():
     buf = make(max_delay=2)
     buf.add(TransitionBatch.from_transitions(chunked_episode(16, period=2)))
     b = buf.sample(400, np.random.default_rng(0))
-    start = b[STATE_KEY][:, 1].astype(int)
+    start = b[keys.STATE][:, 1].astype(int)
     starts = b[ACTOR_SAMPLE_KEY] & (start + H <= 16)
     assert starts.any()
     own_rows = np.tile([True, True, True, False], (starts.sum(), 1))
     np.testing.assert_array_equal(b[POLICY_MASK_KEY][starts], own_rows)
-    assert b[ACTION_MASK_KEY][starts].all()
+    assert b[keys.ACTION_MASK][starts].all()
     # A demonstration window is the expert's throughout.
     demo = make(max_delay=2)
     demo.add(episode_batch("d", 1, range(9), end="terminated", delay=-1))
     d = demo.sample(50, np.random.default_rng(1))
-    np.testing.assert_array_equal(d[POLICY_MASK_KEY], d[ACTION_MASK_KEY])
+    np.testing.assert_array_equal(d[POLICY_MASK_KEY], d[keys.ACTION_MASK])
 
 
 def test_a_window_that_starts_on_a_tick_a_person_drove_teaches_the_rows_they_drove():
@@ -346,14 +346,14 @@ def test_a_window_that_starts_on_a_tick_a_person_drove_teaches_the_rows_they_dro
     buf = make(max_delay=2)
     buf.add(TransitionBatch.from_transitions(rows))
     b = buf.sample(600, np.random.default_rng(0))
-    start = b[STATE_KEY][:, 1].astype(int)
+    start = b[keys.STATE][:, 1].astype(int)
     driven = (start >= 5) & (start <= 10)
     np.testing.assert_array_equal(b[ACTOR_SAMPLE_KEY], driven | (start % 3 == 0))
     window_ticks = start[:, None] + np.arange(H)
     np.testing.assert_array_equal(
-        b[POLICY_MASK_KEY][driven], b[ACTION_MASK_KEY][driven] & (window_ticks[driven] <= 10)
+        b[POLICY_MASK_KEY][driven], b[keys.ACTION_MASK][driven] & (window_ticks[driven] <= 10)
     )
-    assert set(b[PREFIX_LEN_KEY][driven].tolist()) == {0, 1, 2}  # drawn from [0, max_delay]
+    assert set(b[keys.PREFIX_LEN][driven].tolist()) == {0, 1, 2}  # drawn from [0, max_delay]
 
 
 def test_the_policy_s_last_tick_before_a_takeover_pays_the_intervention_penalty():

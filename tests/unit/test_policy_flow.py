@@ -12,17 +12,9 @@ import torch
 
 from robotrl.actor.compose import make_policy as actor_policy
 from robotrl.config.policy import PolicyConfig, PolicySize
+from robotrl.core import keys
 from robotrl.core.protocols import ChunkPolicy
-from robotrl.core.types import (
-    ACTION_KEY,
-    ACTION_MASK_KEY,
-    IMAGE_KEY_PREFIX,
-    PREFIX_LEN_KEY,
-    STATE_KEY,
-    TASK_KEY,
-    EnvSpec,
-    Observation,
-)
+from robotrl.core.types import EnvSpec, Observation
 from robotrl.policy import CheckpointError, build_policy, load_policy, save_policy
 from robotrl.policy.checkpoint import META_FILE
 from robotrl.policy.flow import FlowChunkPolicy, parameter_count
@@ -65,21 +57,21 @@ def synthetic_batch(b: int, seed: int = 0) -> dict[str, object]:
     steps = torch.arange(H).float().view(1, H, 1) / H
     action = state[:, :A].unsqueeze(1) * 0.5 + steps * state[:, A : 2 * A].unsqueeze(1)
     return {
-        STATE_KEY: state,
+        keys.STATE: state,
         **{
-            IMAGE_KEY_PREFIX + c: torch.randint(0, 256, (b, 32, 32, 3), generator=g, dtype=torch.uint8)
+            keys.IMAGE_PREFIX + c: torch.randint(0, 256, (b, 32, 32, 3), generator=g, dtype=torch.uint8)
             for c in CAMS
         },
-        TASK_KEY: ["pick the cube"] * b,
-        ACTION_KEY: action,
-        PREFIX_LEN_KEY: torch.randint(0, 7, (b,), generator=g),
-        ACTION_MASK_KEY: torch.ones(b, H, dtype=torch.bool),
+        keys.TASK: ["pick the cube"] * b,
+        keys.ACTION: action,
+        keys.PREFIX_LEN: torch.randint(0, 7, (b,), generator=g),
+        keys.ACTION_MASK: torch.ones(b, H, dtype=torch.bool),
     }
 
 
 def observation_of(batch: dict[str, object], i: int) -> Observation:
-    images = {c: batch[IMAGE_KEY_PREFIX + c][i].numpy() for c in CAMS}  # type: ignore[index]
-    return Observation(0, batch[STATE_KEY][i].numpy(), images, "pick the cube")  # type: ignore[index]
+    images = {c: batch[keys.IMAGE_PREFIX + c][i].numpy() for c in CAMS}  # type: ignore[index]
+    return Observation(0, batch[keys.STATE][i].numpy(), images, "pick the cube")  # type: ignore[index]
 
 
 def test_sizes_match_their_presets():
@@ -114,7 +106,7 @@ def test_tiny_policy_overfits_a_batch_and_continues_a_given_prefix():
     assert after < before / 8, (before, after)
 
     policy.eval()
-    truth = batch[ACTION_KEY][0].numpy()  # type: ignore[index]
+    truth = batch[keys.ACTION][0].numpy()  # type: ignore[index]
     d = 5
     chunk = policy.infer(observation_of(batch, 0), truth[:d], d)
     assert np.array_equal(chunk[:d], truth[:d])
@@ -139,10 +131,10 @@ def test_per_sample_loss_has_batch_length_and_each_sample_stands_alone():
     base = policy.per_sample_loss(batch)
     assert base.shape == (5,)
     changed = dict(batch)
-    changed[STATE_KEY] = batch[STATE_KEY].clone()  # type: ignore[attr-defined]
-    changed[STATE_KEY][2] += 5.0
-    changed[ACTION_KEY] = batch[ACTION_KEY].clone()  # type: ignore[attr-defined]
-    changed[ACTION_KEY][2] -= 1.0
+    changed[keys.STATE] = batch[keys.STATE].clone()  # type: ignore[attr-defined]
+    changed[keys.STATE][2] += 5.0
+    changed[keys.ACTION] = batch[keys.ACTION].clone()  # type: ignore[attr-defined]
+    changed[keys.ACTION][2] -= 1.0
     torch.manual_seed(3)
     other = policy.per_sample_loss(changed)
     keep = [0, 1, 3, 4]
@@ -153,9 +145,9 @@ def test_per_sample_loss_has_batch_length_and_each_sample_stands_alone():
 def test_weighted_loss_ignores_zero_weight_and_fully_committed_samples():
     policy = make_policy()
     batch = synthetic_batch(4)
-    batch[PREFIX_LEN_KEY] = torch.tensor([0, 3, H, 2])  # sample 2: every row is committed prefix
-    batch[ACTION_MASK_KEY] = torch.ones(4, H, dtype=torch.bool)
-    batch[ACTION_MASK_KEY][3, 2:] = False  # sample 3: prefix 2 then padding: nothing to learn
+    batch[keys.PREFIX_LEN] = torch.tensor([0, 3, H, 2])  # sample 2: every row is committed prefix
+    batch[keys.ACTION_MASK] = torch.ones(4, H, dtype=torch.bool)
+    batch[keys.ACTION_MASK][3, 2:] = False  # sample 3: prefix 2 then padding: nothing to learn
     torch.manual_seed(0)
     losses = policy.per_sample_loss(batch)
     assert losses[2].item() == 0.0 and losses[3].item() == 0.0
@@ -318,7 +310,7 @@ def test_observation_missing_a_camera_or_misshapen_is_named():
 
 def test_training_batch_missing_a_key_is_named():
     batch = synthetic_batch(2)
-    del batch[IMAGE_KEY_PREFIX + "wrist"]
+    del batch[keys.IMAGE_PREFIX + "wrist"]
     with pytest.raises(KeyError, match=r"observation\.images\.wrist"):
         make_policy().per_sample_loss(batch)
 

@@ -9,17 +9,9 @@ import pytest
 import torch
 
 from robotrl.config.policy import PolicyConfig, PolicyKind
+from robotrl.core import keys
 from robotrl.core.protocols import ChunkPolicy
-from robotrl.core.types import (
-    ACTION_KEY,
-    ACTION_MASK_KEY,
-    IMAGE_KEY_PREFIX,
-    PREFIX_LEN_KEY,
-    STATE_KEY,
-    TASK_KEY,
-    EnvSpec,
-    Observation,
-)
+from robotrl.core.types import EnvSpec, Observation
 from robotrl.policy import CheckpointError, build_policy, load_policy, save_policy
 from robotrl.policy.lerobot import LerobotChunkPolicy, blend_into_prefix
 
@@ -45,10 +37,10 @@ def act_dir(tmp_path_factory):
     torch.manual_seed(0)
     config = ACTConfig(
         input_features={
-            STATE_KEY: PolicyFeature(FeatureType.STATE, (S,)),
-            IMAGE_KEY_PREFIX + "front": PolicyFeature(FeatureType.VISUAL, (3, IMG, IMG)),
+            keys.STATE: PolicyFeature(FeatureType.STATE, (S,)),
+            keys.IMAGE_PREFIX + "front": PolicyFeature(FeatureType.VISUAL, (3, IMG, IMG)),
         },
-        output_features={ACTION_KEY: PolicyFeature(FeatureType.ACTION, (A,))},
+        output_features={keys.ACTION: PolicyFeature(FeatureType.ACTION, (A,))},
         chunk_size=H,
         n_action_steps=H,
         pretrained_backbone_weights=None,
@@ -61,9 +53,9 @@ def act_dir(tmp_path_factory):
         device="cpu",
     )
     stats = {
-        STATE_KEY: {"mean": torch.zeros(S), "std": torch.ones(S)},
-        ACTION_KEY: {"mean": torch.full((A,), 20.0), "std": torch.full((A,), 5.0)},
-        IMAGE_KEY_PREFIX + "front": {"mean": torch.full((3, 1, 1), 0.5), "std": torch.full((3, 1, 1), 0.25)},
+        keys.STATE: {"mean": torch.zeros(S), "std": torch.ones(S)},
+        keys.ACTION: {"mean": torch.full((A,), 20.0), "std": torch.full((A,), 5.0)},
+        keys.IMAGE_PREFIX + "front": {"mean": torch.full((3, 1, 1), 0.5), "std": torch.full((3, 1, 1), 0.25)},
     }
     policy = ACTPolicy(config)
     pre, post = make_pre_post_processors(config, dataset_stats=stats)
@@ -95,12 +87,12 @@ def observation(seed: int = 0) -> Observation:
 def batch(b: int = 4) -> dict[str, object]:
     g = torch.Generator().manual_seed(1)
     return {
-        STATE_KEY: torch.randn(b, S, generator=g),
-        IMAGE_KEY_PREFIX + "front": torch.randint(0, 256, (b, IMG, IMG, 3), generator=g, dtype=torch.uint8),
-        TASK_KEY: ["pick"] * b,
-        ACTION_KEY: 20 + 5 * torch.randn(b, H, A, generator=g),
-        PREFIX_LEN_KEY: torch.tensor([0, 2, H, 1])[:b],
-        ACTION_MASK_KEY: torch.ones(b, H, dtype=torch.bool),
+        keys.STATE: torch.randn(b, S, generator=g),
+        keys.IMAGE_PREFIX + "front": torch.randint(0, 256, (b, IMG, IMG, 3), generator=g, dtype=torch.uint8),
+        keys.TASK: ["pick"] * b,
+        keys.ACTION: 20 + 5 * torch.randn(b, H, A, generator=g),
+        keys.PREFIX_LEN: torch.tensor([0, 2, H, 1])[:b],
+        keys.ACTION_MASK: torch.ones(b, H, dtype=torch.bool),
     }
 
 
@@ -142,8 +134,8 @@ def test_per_sample_loss_has_batch_length_excludes_prefix_and_trains(act_dir):
     losses = policy.per_sample_loss(data)
     assert losses.shape == (4,) and torch.isfinite(losses).all()
     assert losses[2].item() == 0.0 and (losses[[0, 1, 3]] > 0).all()  # sample 2 is all committed prefix
-    in_prefix_changed = {**data, ACTION_KEY: data[ACTION_KEY].clone()}  # type: ignore[attr-defined]
-    in_prefix_changed[ACTION_KEY][1, :2] += 100.0  # rows of sample 1's prefix: no loss there
+    in_prefix_changed = {**data, keys.ACTION: data[keys.ACTION].clone()}  # type: ignore[attr-defined]
+    in_prefix_changed[keys.ACTION][1, :2] += 100.0  # rows of sample 1's prefix: no loss there
     torch.testing.assert_close(policy.per_sample_loss(in_prefix_changed), losses)
     policy.train()
     opt = torch.optim.Adam(policy.parameters(), lr=3e-3)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from robotrl.config.load import ConfigError, load_config
-from robotrl.core.types import ACTION_KEY, ACTION_MASK_KEY, STATE_KEY, EnvSpec
+from robotrl.core import keys
+from robotrl.core.types import EnvSpec
 from robotrl.policy.data import ChunkSampler, Demos
 
 H = 6
@@ -38,10 +39,10 @@ def test_rows_past_a_successful_end_hold_the_last_action_only_when_asked():
     plain = ChunkSampler(d, np.arange(8), H, 0).batch_at(idx, prefix)
     held = ChunkSampler(d, np.arange(8), H, 0, hold_after_success=True).batch_at(idx, prefix)
     expected_mask = [[True, True, False, False, False, False]] * 2
-    assert plain[ACTION_MASK_KEY].tolist() == expected_mask
+    assert plain[keys.ACTION_MASK].tolist() == expected_mask
     # episode 0 succeeded: its tail is trained as holding action 3; episode 1 failed: still masked
-    assert held[ACTION_MASK_KEY].tolist() == [[True] * H, expected_mask[1]]
-    assert held[ACTION_KEY][0, :, 0].tolist() == [2, 3, 3, 3, 3, 3]
+    assert held[keys.ACTION_MASK].tolist() == [[True] * H, expected_mask[1]]
+    assert held[keys.ACTION][0, :, 0].tolist() == [2, 3, 3, 3, 3, 3]
 
 
 def test_state_noise_is_in_training_standard_deviations_and_leaves_actions_alone():
@@ -51,8 +52,8 @@ def test_state_noise_is_in_training_standard_deviations_and_leaves_actions_alone
     noisy = ChunkSampler(d, frames, H, 2, state_noise=0.1)
     a = clean.batch(np.random.default_rng(0), 4000)
     b = noisy.batch(np.random.default_rng(0), 4000)
-    assert np.array_equal(a[ACTION_KEY], b[ACTION_KEY])
-    diff = (b[STATE_KEY] - a[STATE_KEY]).numpy()
+    assert np.array_equal(a[keys.ACTION], b[keys.ACTION])
+    diff = (b[keys.STATE] - a[keys.STATE]).numpy()
     np.testing.assert_allclose(diff.std(0), 0.1 * d.state.std(0), rtol=0.08)
     assert abs(diff.mean(0)[1]) < 0.01 * d.state[:, 1].std()
 
@@ -69,8 +70,8 @@ def test_pretrain_uses_noise_for_training_batches_only(tmp_path):
     def dataset_rows(states: np.ndarray) -> bool:
         return all((d.state == row).all(1).any() for row in states)
 
-    assert all(dataset_rows(b[STATE_KEY].numpy()) for b in p.val_set)  # validation: clean states
-    assert not dataset_rows(p.train.batch(np.random.default_rng(0), 8)[STATE_KEY].numpy())
+    assert all(dataset_rows(b[keys.STATE].numpy()) for b in p.val_set)  # validation: clean states
+    assert not dataset_rows(p.train.batch(np.random.default_rng(0), 8)[keys.STATE].numpy())
     assert p.train.hold.any() and p.val.hold.any()  # both train the held rows
 
 
