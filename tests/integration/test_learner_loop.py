@@ -7,7 +7,6 @@ import threading
 
 import numpy as np
 import pytest
-import torch
 from learner_doubles import MLPChunkPolicy, episode_batch
 
 from robotrl.config.learner import AlgorithmKind, LearnerConfig, RapiConfig
@@ -31,12 +30,7 @@ SPEC = EnvSpec(
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def config(tmp_path, **learner: object) -> RobotRLConfig:
