@@ -1,9 +1,10 @@
-"""Shared test setup: hypothesis profiles (CI runs more examples) and the gpu marker."""
+"""Shared test setup: hypothesis profiles (CI runs more examples), the gpu marker, one torch thread."""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 
 import pytest
 import robotrl.sim  # noqa: F401 - chooses MUJOCO_GL before any test module imports mujoco
@@ -30,6 +31,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """One intra-op thread for tiny networks: on a shared 2-core machine more threads are many times slower.
+
+    Modules of torch tests take it with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``.
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 # Test-only helpers importable from every test folder (e.g. ``from learner_doubles import ...``).

@@ -12,7 +12,7 @@ allocation) is a bug.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import numpy as np
@@ -23,6 +23,9 @@ from robotrl.transport import protocol as p
 from robotrl.transport.weight_checks import REFUSALS, WeightRefused, check_complete, check_tensor
 from robotrl.wire.codec import REASONS, Message, WireError, decode, encode
 from robotrl.wire.messages import TRANSITIONS, message_to_transition_batch, transition_batch_to_message
+
+if TYPE_CHECKING:
+    from hypothesis import settings
 
 LAYOUT = {"w": ((4, 4), np.dtype(np.float32)), "b": ((4,), np.dtype(np.float32))}
 
@@ -137,3 +140,17 @@ def parse(frames: list[bytes]) -> str | None:
         assert exc.reason in REFUSALS, exc.reason  # noqa: PT017 - any other exception fails the fuzzer
         return exc.reason
     return None
+
+
+def fixed_corpus(examples: int) -> settings:
+    """Hypothesis settings for fuzzing: derandomized with no example database, so every CI run
+    feeds the same corpus and a failure reproduces; no deadline or health checks: damaged inputs are slow."""
+    from hypothesis import HealthCheck, settings  # here, not at the top: atheris instruments this module
+
+    return settings(
+        max_examples=examples,
+        derandomize=True,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+    )

@@ -1,4 +1,4 @@
-"""A small but real chunk policy for learner tests (the built-in flow policy lives on another branch).
+"""A small but real chunk policy for learner tests, its toy env spec, a learner config sized for it.
 
 A Gaussian-mean MLP: state and the committed prefix in, the H x A chunk out; its
 per-sample loss is the squared error over the rows the policy chooses (after the
@@ -15,8 +15,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from robotrl.config.learner import LearnerConfig, RapiConfig
+from robotrl.config.schema import RobotRLConfig
 from robotrl.core import keys
-from robotrl.core.types import Observation
+from robotrl.core.types import EnvSpec, Observation
 
 
 class MLPChunkPolicy(nn.Module):
@@ -72,6 +74,37 @@ class MLPChunkPolicy(nn.Module):
         if set(tensors) != set(own):
             raise ValueError("weight names differ")
         self.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in tensors.items()})
+
+
+def toy_spec(cameras: Mapping[str, tuple[int, int, int]] | None = None) -> EnvSpec:
+    """The env MLPChunkPolicy(2, 4, 3) and episode_batch fit: 2 state values, 3 actions in [-1, 1]."""
+    return EnvSpec(
+        "toy",
+        action_names=("a0", "a1", "a2"),
+        action_low=(-1.0,) * 3,
+        action_high=(1.0,) * 3,
+        state_names=("s0", "s1"),
+        camera_shapes=dict(cameras or {}),
+        max_episode_ticks=20,
+    )
+
+
+def small_learner_config(run_dir: str, rapi: RapiConfig, **learner: Any) -> RobotRLConfig:
+    """A config whose learner trains MLPChunkPolicy(2, 4, 3) on the CPU in seconds: horizon 4, batches of 16
+    from the 16th row on; ``rapi`` and ``learner`` (LearnerConfig fields) set what a test varies."""
+    cfg = RobotRLConfig()
+    cfg.run_dir = run_dir
+    cfg.policy.horizon, cfg.policy.max_delay = 4, 2
+    small = {
+        "batch_size": 16,
+        "actor_updates_per_group": 1,
+        "learning_starts": 16,
+        "anchor_capacity": 500,
+        "fastest_successes": 2,
+        "device": "cpu",
+    }
+    cfg.learner = LearnerConfig(rapi=rapi, **(small | learner))
+    return cfg
 
 
 def image_code(episode: int, tick: int) -> int:

@@ -8,6 +8,7 @@ what the test relies on.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -38,3 +39,12 @@ def wait_until[T](
             on_wait()
         _never.wait(period_s)
     return value
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id still exists (signal 0 checks without sending anything)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -23,47 +23,30 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from learner_doubles import MLPChunkPolicy, episode_batch
+from learner_doubles import MLPChunkPolicy, episode_batch, small_learner_config, toy_spec
 
-from robotrl.config.learner import LearnerConfig, RapiConfig
+from robotrl.config.learner import RapiConfig
 from robotrl.config.schema import RobotRLConfig
-from robotrl.core.types import EnvSpec
 from robotrl.learner.main import _open_links, build_learner
 from robotrl.transport.transitions import TransitionSender
 
 HEARTBEAT_S = 0.2
 TIMEOUT_S = 1.0
 TICKS = 10
-SPEC = EnvSpec(
-    "toy",
-    action_names=("a0", "a1", "a2"),
-    action_low=(-1.0,) * 3,
-    action_high=(1.0,) * 3,
-    state_names=("s0", "s1"),
-    camera_shapes={},
-    max_episode_ticks=20,
-)
+SPEC = toy_spec()
 
 
 def learner_config(run_dir: str, t_endpoint: str, w_endpoint: str) -> RobotRLConfig:
-    cfg = RobotRLConfig()
-    cfg.run_dir = run_dir
-    cfg.policy.horizon, cfg.policy.max_delay = 4, 2
-    cfg.learner = LearnerConfig(
-        batch_size=16,
-        rapi=RapiConfig(
+    cfg = small_learner_config(
+        run_dir,
+        RapiConfig(
             critic_hidden=16, critic_updates_per_group=1, critic_warmup_updates=0, critic_images=False
         ),
-        actor_updates_per_group=1,
-        learning_starts=16,
         online_capacity=5000,
-        anchor_capacity=500,
-        fastest_successes=2,
         log_every_groups=1000,
         checkpoint_every_groups=3,
         max_samples_per_insert=2.0,  # a few groups per batch: the CPU stays with the actor
         save_buffers=True,
-        device="cpu",
     )
     t = cfg.transport
     t.transitions_endpoint, t.weights_endpoint = t_endpoint, w_endpoint

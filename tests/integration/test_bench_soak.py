@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
+from quick_bench import quick_bench
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_bench_soak_quick_loses_nothing_through_its_faults_and_reports_every_field():
-    out = subprocess.run(
-        [sys.executable, "-m", "robotrl.cli", "bench", "soak", "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=850,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["bench"] == "soak"
+    result = quick_bench("soak", timeout_s=850)
     assert result["faults_injected"] == 5
     assert result["transitions_sent"] > 0
     counted = ("transitions_", "batches_", "dupl", "fault_")

@@ -12,10 +12,12 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from waiting import wait_until
+from waiting import pid_alive, wait_until
 
 TINY = [
     "policy=flow_tiny",
@@ -42,13 +44,27 @@ def _endpoints(tmp: Path) -> list[str]:
     ]
 
 
-def _launch(tmp: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "robotrl.cli", "launch", *TINY, *_endpoints(tmp), *extra],
+@contextmanager
+def _launched(tmp: Path) -> Iterator[subprocess.Popen[str]]:
+    """`robotrl launch` with every role running until stopped; killed if the test leaves it running."""
+    endless = ("actor.episodes=0", "learner.max_groups=0")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "robotrl.cli", "launch", *TINY, *_endpoints(tmp), *endless],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _interrupt(proc: subprocess.Popen[str]) -> str:
+    """Ctrl-C to launch, as a user would press it; all launch printed once it exited."""
+    proc.send_signal(signal.SIGINT)
+    return proc.communicate(timeout=200)[0]
 
 
 def _status(run: Path) -> dict[str, dict]:
@@ -56,6 +72,11 @@ def _status(run: Path) -> dict[str, dict]:
         return {r["role"]: r for r in json.loads((run / "launch_status.json").read_text())["roles"]}
     except (OSError, ValueError, KeyError):
         return {}
+
+
+def _progress(run: Path, role: str, figure: str) -> int:
+    """A figure of the role's last progress report in launch's status file; -1 before there is one."""
+    return _status(run).get(role, {}).get("progress", {}).get(figure, -1)
 
 
 def _wait_for(predicate, timeout_s: float, proc: subprocess.Popen[str], what: str) -> None:
@@ -72,14 +93,6 @@ def _wait_for(predicate, timeout_s: float, proc: subprocess.Popen[str], what: st
         pytest.fail(f"timed out waiting for {what}:\n{proc.communicate()[0][-4000:]}")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_launch_runs_learner_and_two_actors_and_weights_reach_the_actors(tmp_path: Path):
@@ -87,22 +100,14 @@ def test_launch_runs_learner_and_two_actors_and_weights_reach_the_actors(tmp_pat
     # (Ending on the learner's budget is decided by Launch._finished: tests/unit/test_launch_rules.py;
     # here it would race an actor still starting up against the learner's last group.)
     run = tmp_path / "run"
-    proc = _launch(tmp_path, "actor.episodes=0", "learner.max_groups=0")
-    try:
+    with _launched(tmp_path) as proc:
         _wait_for(
-            lambda: all(
-                _status(run).get(a, {}).get("progress", {}).get("policy_version", -1) >= 1
-                for a in ("actor-0", "actor-1")
-            ),
+            lambda: all(_progress(run, a, "policy_version") >= 1 for a in ("actor-0", "actor-1")),
             400,
             proc,
             "both actors to execute weights the learner published (policy version >= 1)",
         )
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=200)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        out = _interrupt(proc)
     assert proc.returncode == 130, out[-4000:]
     for role in ("learner", "actor-0", "actor-1"):
         assert (run / "logs" / f"{role}.log").stat().st_size > 0
@@ -124,14 +129,8 @@ def test_launch_runs_learner_and_two_actors_and_weights_reach_the_actors(tmp_pat
 @pytest.mark.timeout(600)
 def test_a_killed_actor_is_restarted_and_sigint_stops_every_process(tmp_path: Path):
     run = tmp_path / "run"
-    proc = _launch(tmp_path, "actor.episodes=0", "learner.max_groups=0")
-    try:
-        _wait_for(
-            lambda: _status(run).get("actor-0", {}).get("progress", {}).get("episodes", 0) >= 1,
-            300,
-            proc,
-            "actor-0's first episode",
-        )
+    with _launched(tmp_path) as proc:
+        _wait_for(lambda: _progress(run, "actor-0", "episodes") >= 1, 300, proc, "actor-0's first episode")
         victim = _status(run)["actor-0"]["pid"]
         os.kill(victim, signal.SIGKILL)
         _wait_for(
@@ -144,19 +143,15 @@ def test_a_killed_actor_is_restarted_and_sigint_stops_every_process(tmp_path: Pa
             "actor-0's restart",
         )
         _wait_for(
-            lambda: _status(run).get("learner", {}).get("progress", {}).get("version", 0) >= 1,
+            lambda: _progress(run, "learner", "version") >= 1,
             300,
             proc,
             "the learner's first published weights",
         )
         pids = [r["pid"] for r in _status(run).values()]
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=200)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        out = _interrupt(proc)
     assert proc.returncode == 130, out[-4000:]  # stopped cleanly, but interrupted
-    assert not [p for p in [*pids, victim] if _alive(p)], "a role outlived launch"
+    assert not [p for p in [*pids, victim] if pid_alive(p)], "a role outlived launch"
     status = _status(run)
     assert status["actor-0"]["restarts"] == 1
     assert all(r["state"] in ("done", "stopped") for r in status.values()), status

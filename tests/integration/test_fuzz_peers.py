@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import zmq
-from fuzz_targets import mutate, valid_messages
-from hypothesis import HealthCheck, given, settings
+from fuzz_targets import fixed_corpus, mutate, valid_messages
+from hypothesis import given
 from hypothesis import strategies as st
 from waiting import wait_until
 
@@ -29,13 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from transport_peers import HEARTBEAT_S, TIMEOUT_S, small_batch
 
 EXAMPLES = int(os.environ.get("ROBOTRL_FUZZ_SOCKET_EXAMPLES", "150"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    database=None,
-)
+FUZZ = fixed_corpus(EXAMPLES)
 LINK = {"heartbeat_s": HEARTBEAT_S, "peer_timeout_s": TIMEOUT_S}
 VALID = valid_messages()
 damage = st.tuples(
@@ -63,42 +59,51 @@ def damaged(kind: int, damages: list) -> list[bytes]:
     return frames
 
 
-def raw(ctx: zmq.Context, kind: int, endpoint: str, bind: bool = False) -> zmq.Socket:
+@contextmanager
+def mallory(kind: int, endpoint: str, bind: bool = False) -> Iterator[zmq.Socket]:
+    """The hostile peer's raw ZeroMQ socket, in a context of its own that closes with it."""
+    ctx = zmq.Context()
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 100_000)
-    if bind:
-        sock.bind(endpoint)
-    else:
-        sock.connect(endpoint)
-    return sock
+    try:
+        if bind:
+            sock.bind(endpoint)
+        else:
+            sock.connect(endpoint)
+        yield sock
+    finally:
+        sock.close()
+        ctx.term()
 
 
-def test_learner_transition_receiver_survives_hostile_actors():
-    rx = TransitionReceiver("tcp://127.0.0.1:0", **LINK)
-    ctx = zmq.Context()
-    mallory = raw(ctx, zmq.DEALER, rx.endpoint)
+def send_damaged_corpus(sock: zmq.Socket, *route: bytes) -> None:
+    """Send the whole corpus of damaged messages, each behind ``route`` (a ROUTER's peer identity)."""
 
     @FUZZ
     @given(damage)
     def send(case):
-        mallory.send_multipart(damaged(*case))
+        sock.send_multipart([*route, *damaged(*case)])
 
+    send()
+
+
+def test_learner_transition_receiver_survives_hostile_actors():
+    rx = TransitionReceiver("tcp://127.0.0.1:0", **LINK)
     try:
-        send()
-        tx = TransitionSender(rx.endpoint, "honest", **LINK)
-        try:
-            tx.send(small_batch("honest", 0))
-            item = rx.recv_item(20.0)
-            while item is not None and item.actor_id != "honest":
-                item = rx.recv_item(20.0)  # a fuzzed copy of a valid batch may be accepted whole
-            assert item is not None and item.seq == 0
-            assert tx.flush(10)
-        finally:
-            tx.close()
+        with mallory(zmq.DEALER, rx.endpoint) as hostile:
+            send_damaged_corpus(hostile)
+            tx = TransitionSender(rx.endpoint, "honest", **LINK)
+            try:
+                tx.send(small_batch("honest", 0))
+                item = rx.recv_item(20.0)
+                while item is not None and item.actor_id != "honest":
+                    item = rx.recv_item(20.0)  # a fuzzed copy of a valid batch may be accepted whole
+                assert item is not None and item.seq == 0
+                assert tx.flush(10)
+            finally:
+                tx.close()
     finally:
-        mallory.close()
-        ctx.term()
         rx.close()
     rejected = sum(v for k, v in rx.stats().items() if k.startswith("rejected_"))
     assert rejected > EXAMPLES // 2
@@ -106,27 +111,18 @@ def test_learner_transition_receiver_survives_hostile_actors():
 
 def test_learner_weight_publisher_survives_hostile_subscribers():
     pub = WeightPublisher("tcp://127.0.0.1:0", **LINK)
-    ctx = zmq.Context()
-    mallory = raw(ctx, zmq.DEALER, pub.endpoint)
-
-    @FUZZ
-    @given(damage)
-    def send(case):
-        mallory.send_multipart(damaged(*case))
-
     try:
-        send()
-        layout = {"w": ((8,), np.dtype(np.float32))}
-        sub = WeightSubscriber(pub.endpoint, expected=layout, **LINK)
-        try:
-            version = pub.publish({"w": np.ones(8, np.float32)})
-            update = sub.recv(20.0)
-            assert update is not None and update.policy_version == version
-        finally:
-            sub.close()
+        with mallory(zmq.DEALER, pub.endpoint) as hostile:
+            send_damaged_corpus(hostile)
+            layout = {"w": ((8,), np.dtype(np.float32))}
+            sub = WeightSubscriber(pub.endpoint, expected=layout, **LINK)
+            try:
+                version = pub.publish({"w": np.ones(8, np.float32)})
+                update = sub.recv(20.0)
+                assert update is not None and update.policy_version == version
+            finally:
+                sub.close()
     finally:
-        mallory.close()
-        ctx.term()
         pub.close()
 
 
@@ -140,50 +136,32 @@ def _route_of_first(sock: zmq.Socket, kind: bytes) -> bytes:
 
 
 def test_actor_transition_sender_survives_a_hostile_learner():
-    ctx = zmq.Context()
-    mallory = raw(ctx, zmq.ROUTER, "tcp://127.0.0.1:*", bind=True)
-    endpoint = mallory.getsockopt(zmq.LAST_ENDPOINT).decode()
-    tx = TransitionSender(endpoint, "actor-0", **LINK)
-    try:
-        route = _route_of_first(mallory, b"ping")
-
-        @FUZZ
-        @given(damage)
-        def send(case):
-            mallory.send_multipart([route, *damaged(*case)])
-
-        send()
-        while mallory.poll(0):  # what it sent during the fuzzing
-            mallory.recv_multipart()
-        assert _route_of_first(mallory, b"ping") == route  # the I/O thread still runs and pings
-        stats = tx.stats()
-    finally:
-        tx.close()
-        mallory.close()
-        ctx.term()
+    with mallory(zmq.ROUTER, "tcp://127.0.0.1:*", bind=True) as hostile:
+        endpoint = hostile.getsockopt(zmq.LAST_ENDPOINT).decode()
+        tx = TransitionSender(endpoint, "actor-0", **LINK)
+        try:
+            route = _route_of_first(hostile, b"ping")
+            send_damaged_corpus(hostile, route)
+            while hostile.poll(0):  # what it sent during the fuzzing
+                hostile.recv_multipart()
+            assert _route_of_first(hostile, b"ping") == route  # the I/O thread still runs and pings
+            stats = tx.stats()
+        finally:
+            tx.close()
     assert sum(v for k, v in stats.items() if k.startswith("rejected_")) > 0
 
 
 def test_actor_weight_subscriber_survives_a_hostile_publisher():
-    ctx = zmq.Context()
-    mallory = raw(ctx, zmq.ROUTER, "tcp://127.0.0.1:*", bind=True)
-    endpoint = mallory.getsockopt(zmq.LAST_ENDPOINT).decode()
-    layout = {"w": ((4, 4), np.dtype(np.float32)), "b": ((4,), np.dtype(np.float32))}
-    sub = WeightSubscriber(endpoint, expected=layout, **LINK)
-    try:
-        route = _route_of_first(mallory, b"want")
-
-        @FUZZ
-        @given(damage)
-        def send(case):
-            mallory.send_multipart([route, *damaged(*case)])
-
-        send()
-        wait_until(lambda: _route_of_first(mallory, b"want") == route, 20, "a want after the fuzzing")
-        assert sub.latest() is None  # nothing forged was installed
-        refused = sum(v for k, v in sub.stats().items() if k.startswith("refused_"))
-    finally:
-        sub.close()
-        mallory.close()
-        ctx.term()
+    with mallory(zmq.ROUTER, "tcp://127.0.0.1:*", bind=True) as hostile:
+        endpoint = hostile.getsockopt(zmq.LAST_ENDPOINT).decode()
+        layout = {"w": ((4, 4), np.dtype(np.float32)), "b": ((4,), np.dtype(np.float32))}
+        sub = WeightSubscriber(endpoint, expected=layout, **LINK)
+        try:
+            route = _route_of_first(hostile, b"want")
+            send_damaged_corpus(hostile, route)
+            wait_until(lambda: _route_of_first(hostile, b"want") == route, 20, "a want after the fuzzing")
+            assert sub.latest() is None  # nothing forged was installed
+            refused = sum(v for k, v in sub.stats().items() if k.startswith("refused_"))
+        finally:
+            sub.close()
     assert refused > 0

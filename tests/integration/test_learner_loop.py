@@ -7,57 +7,26 @@ import threading
 
 import numpy as np
 import pytest
-import torch
-from learner_doubles import MLPChunkPolicy, episode_batch
+from learner_doubles import MLPChunkPolicy, episode_batch, small_learner_config, toy_spec
 
-from robotrl.config.learner import AlgorithmKind, LearnerConfig, RapiConfig
+from robotrl.config.learner import AlgorithmKind, RapiConfig
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core.protocols import BatchReceiver
 from robotrl.core.run_folder import LEARNER_METRICS
-from robotrl.core.types import EnvSpec
 from robotrl.learner.main import build_learner, replay_spec
 from robotrl.learner.samples import VERSION_KEY
 from robotrl.transport.inproc import QueueLink, TransitionQueue
 
 CAMS = {"front": (16, 16, 3)}
-SPEC = EnvSpec(
-    "toy",
-    action_names=("a0", "a1", "a2"),
-    action_low=(-1.0,) * 3,
-    action_high=(1.0,) * 3,
-    state_names=("s0", "s1"),
-    camera_shapes=CAMS,
-    max_episode_ticks=20,
-)
+SPEC = toy_spec(CAMS)
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def config(tmp_path, **learner: object) -> RobotRLConfig:
-    cfg = RobotRLConfig()
-    cfg.run_dir = str(tmp_path / "run")
-    cfg.policy.horizon, cfg.policy.max_delay = 4, 2
-    base = dict(
-        batch_size=16,
-        rapi=RapiConfig(critic_hidden=32, critic_updates_per_group=2, critic_warmup_updates=0),
-        actor_updates_per_group=1,
-        learning_starts=16,
-        online_capacity=2000,
-        anchor_capacity=500,
-        fastest_successes=2,
-        log_every_groups=1,
-        checkpoint_every_groups=2,
-        device="cpu",
-    )
-    base.update(learner)
-    cfg.learner = LearnerConfig(**base)  # type: ignore[arg-type]
-    return cfg
+    rapi = RapiConfig(critic_hidden=32, critic_updates_per_group=2, critic_warmup_updates=0)
+    logged_often = {"online_capacity": 2000, "log_every_groups": 1, "checkpoint_every_groups": 2}
+    return small_learner_config(str(tmp_path / "run"), rapi, **(logged_often | learner))
 
 
 def episodes(first: int, count: int, version: int = 0) -> list:

@@ -99,33 +99,22 @@ def test_unknown_preset_lists_the_available_ones_without_schemas():
     assert "so101_reach" in text and "env_schema" not in text
 
 
+PICK_PLACE_WITH_CUBE_POSE = ["env=so101_pick_place", "env.privileged_state=true"]
+PICK_PLACE_WITHOUT_CUBE_POSE = ["env=so101_pick_place", "env.privileged_state=false"]
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
         ["env=so101_reach", "env.takeover.on_miss=true"],
         ["env=so101_reach", "env.takeover.before_miss=true"],
-        ["env=so101_pick_place", "env.privileged_state=false", "env.takeover.on_miss=true"],
-        ["env=so101_pick_place", "env.privileged_state=false", "env.takeover.before_miss=true"],
-        [
-            "env=so101_pick_place",
-            "env.privileged_state=true",
-            "hardware=so101",
-            "env.takeover.on_miss=true",
-        ],
-        ["env=so101_pick_place", "env.privileged_state=true", "env.takeover.miss_wait_ticks=30"],
-        ["env=so101_pick_place", "env.privileged_state=true", "env.takeover.reopen_only=true"],
-        [
-            "env=so101_pick_place",
-            "env.privileged_state=true",
-            "env.takeover.on_miss=true",
-            "env.takeover.miss_wait_ticks=-1",
-        ],
-        [
-            "env=so101_pick_place",
-            "env.privileged_state=true",
-            "env.takeover.on_miss=true",
-            "env.takeover.max_corrections=0",
-        ],
+        [*PICK_PLACE_WITHOUT_CUBE_POSE, "env.takeover.on_miss=true"],
+        [*PICK_PLACE_WITHOUT_CUBE_POSE, "env.takeover.before_miss=true"],
+        [*PICK_PLACE_WITH_CUBE_POSE, "hardware=so101", "env.takeover.on_miss=true"],
+        [*PICK_PLACE_WITH_CUBE_POSE, "env.takeover.miss_wait_ticks=30"],
+        [*PICK_PLACE_WITH_CUBE_POSE, "env.takeover.reopen_only=true"],
+        [*PICK_PLACE_WITH_CUBE_POSE, "env.takeover.on_miss=true", "env.takeover.miss_wait_ticks=-1"],
+        [*PICK_PLACE_WITH_CUBE_POSE, "env.takeover.on_miss=true", "env.takeover.max_corrections=0"],
     ],
 )
 def test_a_takeover_on_a_missed_grasp_needs_the_simulated_pick_and_place_with_the_cube_pose(overrides):

@@ -311,36 +311,17 @@ def test_bad_latency_specs_name_themselves(bad: str):
         parse_latency(bad)
 
 
+def _sweep_row(latency: str, strategy: str, rate: float, ci95: list[float], jerk: float) -> dict[str, object]:
+    """One row of a sweep's results, as findings() reads it."""
+    return {"latency": latency, "strategy": strategy, "success_rate": rate, "ci95": ci95, "jerk_rms": jerk}
+
+
 def test_sweep_findings_compare_prefix_with_naive_async_by_interval():
     rows = [
-        {
-            "latency": "constant:0.4",
-            "strategy": "prefix",
-            "success_rate": 0.9,
-            "ci95": [0.8, 0.95],
-            "jerk_rms": 10,
-        },
-        {
-            "latency": "constant:0.4",
-            "strategy": "naive_async",
-            "success_rate": 0.3,
-            "ci95": [0.2, 0.45],
-            "jerk_rms": 30,
-        },
-        {
-            "latency": "constant:0",
-            "strategy": "prefix",
-            "success_rate": 0.5,
-            "ci95": [0.3, 0.7],
-            "jerk_rms": 10,
-        },
-        {
-            "latency": "constant:0",
-            "strategy": "naive_async",
-            "success_rate": 0.6,
-            "ci95": [0.4, 0.8],
-            "jerk_rms": 10,
-        },
+        _sweep_row("constant:0.4", "prefix", 0.9, [0.8, 0.95], 10),
+        _sweep_row("constant:0.4", "naive_async", 0.3, [0.2, 0.45], 30),
+        _sweep_row("constant:0", "prefix", 0.5, [0.3, 0.7], 10),
+        _sweep_row("constant:0", "naive_async", 0.6, [0.4, 0.8], 10),
     ]
     out = findings(rows)
     assert "better than" in out[0] and "not distinguishable" in out[1]
@@ -352,13 +333,7 @@ def test_sweep_findings_compare_prefix_with_naive_async_by_interval():
 def test_sweep_findings_call_a_difference_whose_interval_excludes_zero_even_where_intervals_overlap():
     # 78/100 versus 60/100: the two Wilson intervals overlap, the difference's does not.
     rows = [
-        {
-            "latency": "constant:0.6",
-            "strategy": s,
-            "success_rate": k / 100,
-            "ci95": list(wilson_interval(k, 100)),
-            "jerk_rms": 1,
-        }
+        _sweep_row("constant:0.6", s, k / 100, list(wilson_interval(k, 100)), 1)
         for s, k in (("prefix", 78), ("naive_async", 60))
     ]
     assert "prefix 78% is better than naive_async 60%" in findings(rows)[0]

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from waiting import wait_until
+from waiting import pid_alive, wait_until
 
 from robotrl.launch.supervisor import RoleSpec, State, Supervisor
 
@@ -19,14 +19,6 @@ def _python(code: str) -> list[str]:
 
 def _poll_until(sup: Supervisor, predicate, timeout_s: float = 20.0) -> None:
     wait_until(predicate, timeout_s, "the supervised roles to reach the expected state", on_wait=sup.poll)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_a_crashing_role_is_restarted_then_given_up_and_its_log_keeps_every_run(tmp_path: Path):
@@ -61,7 +53,7 @@ def test_a_killed_role_counts_as_crashed_and_comes_back(tmp_path: Path):
     _poll_until(sup, lambda: sup.children["sleeper"].restarts == 1)
     assert sup.children["sleeper"].pid != first
     sup.stop(["sleeper"], timeout_s=10)
-    assert not _alive(first)
+    assert not pid_alive(first)
 
 
 def test_stop_sends_sigint_and_kills_a_role_that_ignores_it(tmp_path: Path):
@@ -91,7 +83,7 @@ def test_stop_sends_sigint_and_kills_a_role_that_ignores_it(tmp_path: Path):
     pid = sup.children["stubborn"].pid
     assert pid is not None
     sup.stop(["stubborn"], timeout_s=0.5)
-    assert not _alive(pid)
+    assert not pid_alive(pid)
     assert sup.children["stubborn"].last_exit == -signal.SIGKILL
 
 

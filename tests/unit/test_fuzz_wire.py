@@ -13,18 +13,12 @@ from __future__ import annotations
 import os
 
 import pytest
-from fuzz_targets import mutate, parse, valid_messages
-from hypothesis import HealthCheck, given, settings
+from fuzz_targets import fixed_corpus, mutate, parse, valid_messages
+from hypothesis import given
 from hypothesis import strategies as st
 
 EXAMPLES = int(os.environ.get("ROBOTRL_FUZZ_EXAMPLES", "400"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    database=None,
-)
+FUZZ = fixed_corpus(EXAMPLES)
 VALID = valid_messages()
 values = st.recursive(
     st.none()

@@ -20,13 +20,7 @@ from robotrl.learner.torch_utils import to_torch
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny networks on a shared 2-core machine: one intra-op thread avoids oversubscription."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def quick_cfg(**kw: object) -> LearnerConfig:

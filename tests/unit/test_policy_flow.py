@@ -23,13 +23,7 @@ H, A, S = 16, 6, 12
 CAMS = ("front", "wrist")
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """One intra-op thread: on a shared 2-core machine more threads are many times slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_spec(cameras: tuple[str, ...] = CAMS) -> EnvSpec:

@@ -18,12 +18,7 @@ from robotrl.policy.lerobot import LerobotChunkPolicy, blend_into_prefix
 H, A, S, IMG = 8, 6, 12, 32
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

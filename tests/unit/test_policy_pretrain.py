@@ -17,13 +17,7 @@ from robotrl.policy.data import load_demos, split_episodes
 from robotrl.policy.flow import FlowChunkPolicy
 from robotrl.policy.pretrain import Pretrainer
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
