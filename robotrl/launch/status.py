@@ -31,7 +31,7 @@ def describe_progress(name: str, progress: Mapping[str, Any]) -> str:
         return "-"
     if name == "learner":
         return (
-            f"group {progress.get('group', 0)}  weights v{progress.get('version', 0)}  "
+            f"group {progress.get('group', 0)}  weights v{progress.get('policy_version', 0)}  "
             f"transitions {progress.get('transitions', 0)}  "
             f"{progress.get('updates_per_s', 0.0):.1f} updates/s"
         )

@@ -298,7 +298,7 @@ class Learner:
         elapsed = max(now - self._window_start, 1e-9)
         record: dict[str, float | int] = {
             "group": self.counters.groups,
-            "version": self.counters.policy_version,
+            "policy_version": self.counters.policy_version,
             "transitions": self.counters.transitions,
             "ingest_tps": self._window_transitions / elapsed,
             "updates_per_s": self._window_updates / elapsed,

@@ -13,7 +13,7 @@ from robotrl.core.run_folder import JsonLinesLog
 
 CONSOLE_KEYS = (
     "group",
-    "version",
+    "policy_version",
     "transitions",
     "q_loss",
     "v_loss",

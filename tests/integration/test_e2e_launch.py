@@ -143,7 +143,7 @@ def test_a_killed_actor_is_restarted_and_sigint_stops_every_process(tmp_path: Pa
             "actor-0's restart",
         )
         _wait_for(
-            lambda: _progress(run, "learner", "version") >= 1,
+            lambda: _progress(run, "learner", "policy_version") >= 1,
             300,
             proc,
             "the learner's first published weights",

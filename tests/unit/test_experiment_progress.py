@@ -28,7 +28,7 @@ def _status(run_dir: Path, learner_state: str, actor_state: str) -> None:
     write_launch_status(
         run_dir,
         [
-            _row("learner", learner_state, {"group": 120, "version": 110, "transitions": 900}),
+            _row("learner", learner_state, {"group": 120, "policy_version": 110, "transitions": 900}),
             _row("actor-0", actor_state, {"episodes": 133, "successes": 117, "taken_over": 64}),
         ],
     )

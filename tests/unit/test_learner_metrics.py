@@ -9,8 +9,8 @@ from robotrl.learner.metrics import MetricsLog
 
 def test_metrics_go_to_json_lines_console_and_a_rerun_recording(tmp_path, capsys):
     log = MetricsLog(tmp_path / "m.jsonl", console=True, rerun_path=tmp_path / "m.rrd")
-    log.write({"group": 1, "q_loss": 0.5, "version": 2})
-    log.write({"group": 2, "q_loss": 0.25, "version": 3})
+    log.write({"group": 1, "q_loss": 0.5, "policy_version": 2})
+    log.write({"group": 2, "q_loss": 0.25, "policy_version": 3})
     log.close()
     lines = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert [(x["group"], x["q_loss"]) for x in lines] == [(1, 0.5), (2, 0.25)]
