@@ -122,8 +122,8 @@ def test_every_relative_markdown_link_resolves():
 
 
 def test_nothing_cites_the_design_notes_outside_the_repository():
-    """DESIGN.md and REFERENCE.md were never in the repository: docs/architecture.md and
-    docs/methods.md hold what they said."""
+    """The starting design and method notes were never in the repository: docs/architecture.md
+    and docs/methods.md hold what they said."""
     gone = ("DESIGN" + ".md", "REFERENCE" + ".md")
     me = Path(__file__).resolve()
     citing = sorted(
