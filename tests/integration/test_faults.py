@@ -70,7 +70,8 @@ def test_learner_sigkilled_between_checkpoints_restarts_and_holds_every_transiti
     t_end, w_end = f"ipc://{tmp_path}/t.sock", f"ipc://{tmp_path}/w.sock"
     log = tmp_path / "learner.log"
     first = spawn("learner", str(run), t_end, w_end, log=log)
-    n = 60
+    n = 200  # 10 s of batches: the state waited for below (a checkpoint, then >= 3 journaled batches)
+    # must come round while the actor still sends; 60 (3 s) sometimes ended before it did
     act = spawn("actor", t_end, "actor-0", "0", str(n), "0.05", str(tmp_path / "spool"))
     second = None
     try:
