@@ -45,7 +45,7 @@ def valid_messages() -> list[list[bytes]]:
     plain = transition_batch_to_message(_batch(), 3)
     batch = Message(plain.kind, plain.sender, 3, plain.arrays, {**plain.meta, "stream": "s0"})
     w = np.ones((4, 4), np.float32)
-    piece_meta = {"subset": "full", "created_time": 1.0, "index": 0, "count": 1}
+    piece_meta = {"subset": "full", "created_time": 1.0, "index": 0, "count": 1, "session": "abc"}
     messages = [
         batch,
         p.control(p.PING, "actor-0", stream="s0", next=4, dropped=0),
@@ -54,7 +54,7 @@ def valid_messages() -> list[list[bytes]]:
         p.control(p.WANT, "actor", have=-1, restart=False),
         p.control(p.WBEAT, "learner", session="abc", latest=2),
         Message(p.WPIECE, "learner", 2, {"b": np.zeros(4, np.float32), "w": w}, piece_meta),
-        Message(p.WSEAL, "learner", 2, {}, {"digest": "00" * 32, "count": 1}),
+        Message(p.WSEAL, "learner", 2, {}, {"digest": "00" * 32, "count": 1, "session": "abc"}),
     ]
     return [[bytes(f) for f in encode(m)] for m in messages]
 
@@ -122,6 +122,7 @@ def parse(frames: list[bytes]) -> str | None:
             p.meta_str(message, "session")
             p.meta_int(message, "latest", lo=-1)
         elif kind == p.WPIECE:
+            p.meta_str(message, "session")
             p.meta_int(message, "index")
             p.meta_int(message, "count", lo=1)
             p.meta_number(message, "created_time")
@@ -129,6 +130,7 @@ def parse(frames: list[bytes]) -> str | None:
                 check_tensor(name, arr, LAYOUT)
             check_complete(message.arrays.keys(), "full", LAYOUT)
         elif kind == p.WSEAL:
+            p.meta_str(message, "session")
             p.meta_int(message, "count", lo=1)
             p.meta_str(message, "digest")
         else:

@@ -257,6 +257,9 @@ class WeightUpdate:
 
     ``subset`` is ``"full"`` or ``"trainable"`` (only the tensors the learner trains,
     e.g. a VLA's action head). ``digest`` is :func:`weights_digest` of ``tensors``.
+    ``session`` names the publisher that numbered it (a random id per learner process; ""
+    for updates made in-process): versions are ordered within a session only
+    (:mod:`robotrl.core.sessions`).
     """
 
     policy_version: int
@@ -265,6 +268,7 @@ class WeightUpdate:
     digest: str
     subset: str = "full"
     created_time: float = 0.0
+    session: str = ""
 
     def __post_init__(self) -> None:
         if self.policy_version < 0:

@@ -17,9 +17,11 @@ Weight link (actor DEALER -> learner ROUTER):
   first piece);
 - ``wbeat`` publisher -> subscriber, the reply (meta ``session``, ``latest``);
 - ``wpiece`` publisher -> subscriber (seq = version; meta ``subset``, ``created_time``,
-  ``index``, ``count``): some whole tensors of one update, pieces in tensor-name order;
+  ``index``, ``count``, ``session``): some whole tensors of one update, pieces in
+  tensor-name order;
 - ``wseal`` publisher -> subscriber after the last piece (seq = version; meta
-  ``digest``, ``count``). The digest travels last so the publisher hashes while the
+  ``digest``, ``count``, ``session``). Versions are ordered within a session only
+  (:mod:`robotrl.core.sessions`). The digest travels last so the publisher hashes while the
   first pieces are already on the wire, and the subscriber hashes each piece as it
   arrives.
 

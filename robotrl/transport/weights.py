@@ -215,6 +215,7 @@ class WeightPublisher:
                 "created_time": update.created_time,
                 "index": index,
                 "count": len(groups),
+                "session": self.session,
             }
             arrays = {n: update.tensors[n] for n in names}
             pieces.append(encode(Message(p.WPIECE, "learner", update.policy_version, arrays, meta)))
@@ -231,7 +232,7 @@ class WeightPublisher:
     def _seal(self, published: _Published, update: WeightUpdate) -> None:
         """Hash (BLAKE3 releases the GIL) while the pieces go out; the seal follows them."""
         digest = weights_digest(update.tensors)
-        meta = {"digest": digest, "count": len(published.pieces)}
+        meta = {"digest": digest, "count": len(published.pieces), "session": self.session}
         published.seal = encode(Message(p.WSEAL, "learner", update.policy_version, {}, meta))
         self._wake.set()
 

@@ -87,7 +87,12 @@ def message_to_transition_batch(message: Message) -> TransitionBatch:
 
 def weight_update_to_message(update: WeightUpdate, sender: str) -> Message:
     """The wire form of ``update``; its version doubles as the message sequence number."""
-    meta = {"digest": update.digest, "subset": update.subset, "created_time": update.created_time}
+    meta = {
+        "digest": update.digest,
+        "subset": update.subset,
+        "created_time": update.created_time,
+        "session": update.session,
+    }
     return Message(WEIGHTS, sender, update.policy_version, dict(update.tensors), meta)
 
 
@@ -97,8 +102,11 @@ def message_to_weight_update(message: Message) -> WeightUpdate:
         raise WireError("schema", f"expected a {WEIGHTS!r} message, got {message.kind!r}")
     meta = message.meta
     digest, subset, created = meta.get("digest"), meta.get("subset"), meta.get("created_time")
-    if not isinstance(digest, str) or subset not in ("full", "trainable"):
-        raise WireError("schema", "weights meta needs a digest string and subset 'full' or 'trainable'")
+    session = meta.get("session", "")
+    if not isinstance(digest, str) or subset not in ("full", "trainable") or not isinstance(session, str):
+        raise WireError(
+            "schema", "weights meta needs digest and session strings and subset 'full' or 'trainable'"
+        )
     if not isinstance(created, int | float) or isinstance(created, bool):
         raise WireError("schema", "weights meta created_time must be a number")
     tensors: Mapping[str, npt.NDArray[Any]] = message.arrays
@@ -107,4 +115,4 @@ def message_to_weight_update(message: Message) -> WeightUpdate:
             raise WireError("non_finite", f"weight tensor {name!r} holds NaN or inf")
     if weights_digest(tensors) != digest:
         raise WireError("digest", f"weights version {message.seq}: digest does not match the tensors")
-    return WeightUpdate(message.seq, tensors, digest, subset, float(created))
+    return WeightUpdate(message.seq, tensors, digest, subset, float(created), session)
