@@ -8,16 +8,23 @@ when :meth:`PolicySlots.swap_if_staged` is called between two inferences. Every 
 is then produced by exactly one version, and an inference never waits for a load.
 
 Digest and finiteness are the weight source's job (a ``WeightSource`` yields only
-verified updates), so they are not paid for twice.
+verified updates), so they are not paid for twice. Versions are ordered within the
+publisher's session (:mod:`robotrl.core.sessions`): a restarted learner's versions are
+followed even below the ones held, a replaced session's are never staged again, and each
+session change and (rate-limited) each refusal is logged.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 
 from robotrl.core.protocols import ChunkPolicy
+from robotrl.core.sessions import SessionVersions
+from robotrl.core.throttle import ThrottledLog
 from robotrl.core.types import WeightUpdate
 
 log = logging.getLogger(__name__)
@@ -28,15 +35,24 @@ class PolicySlots:
 
     ``zero_copy`` lets the spare keep the update's own (verified, read-only) arrays as
     its weights instead of copying them: right for a worker whose updates nobody else
-    holds, wrong where the caller will reuse the arrays.
+    holds, wrong where the caller will reuse the arrays. The starting weights belong to the
+    session "" (no publisher), which the first published update replaces.
     """
 
     def __init__(
-        self, active: ChunkPolicy, spare: ChunkPolicy, policy_version: int = 0, *, zero_copy: bool = False
+        self,
+        active: ChunkPolicy,
+        spare: ChunkPolicy,
+        policy_version: int = 0,
+        *,
+        zero_copy: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._active, self._spare = active, spare
         self._active_version = policy_version
         self._staged_version: int | None = None  # the spare holds it, complete
+        self._sessions = SessionVersions(version=policy_version)  # the newest update staged
+        self._refusal_log = ThrottledLog(log, clock=clock)
         self._zero_copy = zero_copy
         # The layout every update must fit, taken once: trainable_tensors() copies every weight
         # (200 MB for a 50M policy), far too slow to repeat per update, let alone under the lock.
@@ -85,9 +101,17 @@ class PolicySlots:
         with self._load_lock:
             problem = self._layout_problem(update)
             with self._lock:
-                newest = max(self._active_version, self._staged_version or -1)
-                if update.policy_version <= newest:
-                    self.refused["stale_version"] += 1
+                refusal = self._sessions.refusal(update.session, update.policy_version)
+                if refusal is not None:
+                    self.refused[refusal] += 1
+                    self._refusal_log.warning(
+                        "weights v%d of session %r refused (%s; newest staged: v%d of session %r)",
+                        update.policy_version,
+                        update.session,
+                        refusal,
+                        self._sessions.version,
+                        self._sessions.session,
+                    )
                     return False
                 if problem is not None:
                     self.refused["layout"] += 1
@@ -103,7 +127,22 @@ class PolicySlots:
                 return False
             with self._lock:
                 self._staged_version = update.policy_version
+                previous = self._sessions.take(update.session, update.policy_version)
+            if previous is not None:
+                self._log_session_change(previous, update)
             return True
+
+    @staticmethod
+    def _log_session_change(previous: tuple[str, int], update: WeightUpdate) -> None:
+        if not previous[0]:  # the starting weights: the first publisher is no change worth a warning
+            log.info("weights: following learner session %r from v%d", update.session, update.policy_version)
+            return
+        log.warning(
+            "weights: learner session changed (%r at v%d -> %r at v%d); following the new session",
+            *previous,
+            update.session,
+            update.policy_version,
+        )
 
     def swap_if_staged(self) -> bool:
         """Between two inferences: make the staged weights active (True if so); never waits for a load."""

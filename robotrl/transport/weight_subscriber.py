@@ -5,7 +5,9 @@ says every heartbeat which version it has, reassembles the pieces the publisher
 streams and hands out an update only when it is complete, its tensors match the
 expected names, shapes and dtypes, every float is finite and the BLAKE3 digest
 matches; anything else is refused with a logged, counted reason and the old weights
-stay. :meth:`WeightSubscriber.latest` never blocks: the inference worker polls it
+stay. Versions count within the publisher's session (:mod:`robotrl.core.sessions`): a
+restarted publisher's are followed from its first heartbeat, a replaced session's never
+taken again. :meth:`WeightSubscriber.latest` never blocks: the inference worker polls it
 between two inferences.
 """
 
@@ -20,6 +22,8 @@ from typing import Any, NoReturn
 import numpy.typing as npt
 
 from robotrl.config.transport import TransportConfig
+from robotrl.core.sessions import SessionVersions
+from robotrl.core.throttle import ThrottledLog
 from robotrl.core.types import WeightsHasher, WeightUpdate
 from robotrl.transport import protocol as p
 from robotrl.transport.background import Counters
@@ -61,12 +65,12 @@ class WeightSubscriber:
     ) -> None:
         self.endpoint = endpoint
         self._expected = expected
-        self._have = have_policy_version
+        # The actor's own weights belong to no publisher: the first session followed replaces them.
+        self._sessions = SessionVersions(version=have_policy_version)
         self._live = Liveness(heartbeat_s, peer_timeout_s, clock)
         self._link = LinkClient(
             endpoint, keys, self, self._live, who="weights", peer="publisher", thread_name="weights-sub"
         )
-        self._publisher_session: str | None = None
         self._assembly: _Assembly | None = None
         self._skip_version = -1  # a version refused for its content: the rest of it is ignored
         self._restart = False
@@ -74,8 +78,15 @@ class WeightSubscriber:
         self._ready_update: WeightUpdate | None = None
         self._arrived = threading.Condition(self._lock)
         self._counts = Counters(
-            "pieces", "verified", "superseded", "stale", "reconnects", *(f"refused_{r}" for r in REFUSALS)
+            "pieces",
+            "verified",
+            "superseded",
+            "stale",
+            "reconnects",
+            "refused_old_session",
+            *(f"refused_{r}" for r in REFUSALS),
         )
+        self._old_session_log = ThrottledLog(log, clock=clock)
         self._link.start()
 
     @classmethod
@@ -99,7 +110,8 @@ class WeightSubscriber:
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = self._counts.snapshot()
-        out["policy_version"] = self._have
+        out["policy_version"] = self._sessions.version
+        out["publisher_session"] = self._sessions.session
         out["publisher_alive"] = self._live.alive()
         return out
 
@@ -118,7 +130,7 @@ class WeightSubscriber:
         return POLL_MS
 
     def beat(self) -> None:
-        want = p.control(p.WANT, "actor", have=self._have, restart=self._restart)
+        want = p.control(p.WANT, "actor", have=self._sessions.version, restart=self._restart)
         if self._link.send(encode(want)):  # else not connected: the missing reply tells us so
             self._restart = False
 
@@ -126,7 +138,8 @@ class WeightSubscriber:
         self._live.heard()  # anything from the publisher is a sign of life
         try:
             if message.kind == p.WBEAT:
-                self._on_beat(p.meta_str(message, "session"), p.meta_int(message, "latest", lo=-1))
+                p.meta_int(message, "latest", lo=-1)
+                self._on_beat(p.meta_str(message, "session"))
             elif message.kind == p.WPIECE:
                 self._on_piece(message)
             elif message.kind == p.WSEAL:
@@ -150,24 +163,46 @@ class WeightSubscriber:
         if self._restart:
             self.beat()
 
-    def _on_beat(self, session: str, latest: int) -> None:
-        if session != self._publisher_session:
-            if self._publisher_session is not None and latest < self._have:
+    def _on_beat(self, session: str) -> None:
+        if not self._follow(session):
+            self._old_session_log.warning(
+                "weights: heartbeat of replaced publisher session %s ignored", session
+            )
+
+    def _follow(self, session: str) -> bool:
+        """Whether messages of ``session`` may be taken: a replaced session's never, a new
+        session's from now on (its versions start over: nothing of it is held yet)."""
+        if self._sessions.replaced(session):
+            return False
+        previous = self._sessions.follow(session)
+        if previous is not None:
+            self._assembly, self._skip_version = None, -1
+            if previous[0]:
                 log.warning(
-                    "weights: publisher restarted at version %d below ours (%d); accepting its versions",
-                    latest,
-                    self._have,
+                    "weights: publisher session changed (%s at version %d -> %s); following its versions",
+                    *previous,
+                    session,
                 )
-                self._have = -1
-            self._publisher_session = session
+        return True
+
+    def _from_replaced_session(self, message: Message) -> bool:
+        """A piece or seal of a replaced session: counted and (rate-limited) logged, never taken."""
+        session = p.meta_str(message, "session")
+        if self._follow(session):
+            return False
+        self._counts.add("refused_old_session")
+        self._old_session_log.warning(
+            "weights: version %d of replaced publisher session %s refused", message.seq, session
+        )
+        return True
 
     def _on_piece(self, message: Message) -> None:
         self._counts.add("pieces")
         version = message.seq
-        if version == self._skip_version:
+        if self._from_replaced_session(message) or version == self._skip_version:
             return
         index, count = p.meta_int(message, "index"), p.meta_int(message, "count", lo=1)
-        if version <= self._have:
+        if version <= self._sessions.version:
             self._counts.add("stale")
             return
         asm = self._assembly
@@ -196,10 +231,10 @@ class WeightSubscriber:
 
     def _on_seal(self, message: Message) -> None:
         version = message.seq
-        if version == self._skip_version:
+        if self._from_replaced_session(message) or version == self._skip_version:
             return
         asm = self._assembly
-        if version <= self._have:
+        if version <= self._sessions.version:
             self._counts.add("stale")
             return
         if asm is None or asm.version != version or asm.next_index != asm.count:
@@ -211,8 +246,10 @@ class WeightSubscriber:
         digest = p.meta_str(message, "digest")
         if asm.hasher.hexdigest() != digest:
             raise WeightRefused("digest", f"version {version}: tensors do not match the digest")
-        update = WeightUpdate(asm.version, asm.tensors, digest, asm.subset, asm.created_time)
-        self._have = update.policy_version
+        update = WeightUpdate(
+            asm.version, asm.tensors, digest, asm.subset, asm.created_time, self._sessions.session
+        )
+        self._sessions.take(update.session, update.policy_version)
         self._counts.add("verified")
         with self._arrived:
             if self._ready_update is not None:

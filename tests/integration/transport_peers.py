@@ -11,6 +11,10 @@ Each role is a real process with real sockets, so a test can SIGKILL it mid-stre
 - ``publisher ENDPOINT OUT VERSIONS``: publish VERSIONS versions of a small tensor set
   (tensor "w" filled with the version number), write the bound endpoint to
   OUT.endpoint, then serve until killed.
+- ``bias_publisher ENDPOINT OUT FIRST LAST PERIOD_S [SESSION]``: a learner's weight side
+  for a TickPolicy: publish versions FIRST..LAST of its ``bias`` (the version number as the
+  value), one every PERIOD_S, then serve until killed. SESSION, when given, replaces the
+  publisher's random session id: every message then replays that earlier session's.
 """
 
 from __future__ import annotations
@@ -101,6 +105,19 @@ def publisher(endpoint: str, out_path: str, versions: str) -> None:
     threading.Event().wait()  # serve until the test kills this process
 
 
+def bias_publisher(
+    endpoint: str, out_path: str, first: str, last: str, period_s: str, session: str = ""
+) -> None:
+    pub = WeightPublisher(endpoint, heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
+    if session:
+        pub.session = session
+    write_endpoint(Path(out_path), pub.endpoint)
+    for v in range(int(first), int(last) + 1):
+        pub.publish({"bias": np.array([v], np.float32)}, "trainable", policy_version=v)
+        time.sleep(float(period_s))
+    threading.Event().wait()  # serve until the test kills this process
+
+
 if __name__ == "__main__":
-    roles = {"learner": learner, "actor": actor, "publisher": publisher}
+    roles = {"learner": learner, "actor": actor, "publisher": publisher, "bias_publisher": bias_publisher}
     roles[sys.argv[1]](*sys.argv[2:])
