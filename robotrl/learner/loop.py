@@ -10,7 +10,10 @@ each batch is ``anchor_fraction`` anchor and the rest online
 (whichever buffer is empty gives way to the other). Online samples older than
 ``max_policy_lag`` versions are not drawn, and the lag of what is drawn is logged.
 After a group that changed the policy, its weights go out through the weight
-:class:`Sender` as the next version; versions only grow, across restarts too.
+:class:`Sender` as the next version; versions only grow, across restarts too: a resumed
+learner continues its checkpoint's count, and until its first publish a learner raises its
+count to the newest version its actors report (a learner restarted without a checkpoint
+then numbers above the versions in its actors' transitions, not from 1 again).
 """
 
 from __future__ import annotations
@@ -77,6 +80,10 @@ class Learner:
         so a checkpoint's buffers and transport ledger name the same batches."""
         self.refused_batches = 0
         self.publish_refused = 0
+        self._version_lock = threading.Lock()
+        """Guards ``counters.policy_version`` between the ingest thread (raising it before the
+        first publish) and :meth:`publish` (incrementing it)."""
+        self._published = False
         self.throttled = threading.Event()
         """Set while updates wait for the rate limit (samples per insert)."""
         self._inserted = 0
@@ -120,10 +127,22 @@ class Learner:
         item = self.transitions.recv_item(timeout_s)
         if item is None:
             return False
+        self._count_above_reported_versions(item.batch)
         if self.journal is not None:
             self.journal.append(item)
         self.ingest(item.batch)
         return True
+
+    def _count_above_reported_versions(self, batch: TransitionBatch) -> None:
+        """Before this learner's first publish, raise its version count to the newest version in
+        ``batch``: its first update then numbers above what its actors run, and the policy lag of
+        their rows stays meaningful (a learner restarted without a checkpoint counts from 0)."""
+        reported = int(batch.policy_version.max(initial=-1))
+        with self._version_lock:
+            if self._published or reported <= self.counters.policy_version:
+                return
+            self.counters.policy_version = reported
+        log.info("policy versions continue above v%d, the newest actor %s reports", reported, batch.actor_id)
 
     def start_ingest(self) -> None:
         if self._ingest_thread is None:
@@ -208,7 +227,9 @@ class Learner:
 
     def publish(self) -> None:
         """Send the policy as the next policy version."""
-        self.counters.policy_version += 1
+        with self._version_lock:
+            self.counters.policy_version += 1
+            self._published = True
         update = WeightUpdate.build(
             self.counters.policy_version, self.algorithm.policy_weights(), self.subset, time.time()
         )
@@ -218,12 +239,13 @@ class Learner:
 
     def run(self, max_groups: int = 0) -> Counters:
         """Ingest and update until stopped or ``max_groups`` groups ran (0: until stopped)."""
+        resumed = self.counters.policy_version > 0  # read before ingest may raise it to the actors' versions
         self.start_ingest()
         if self.cfg.policy_lr_end < 1 and not self.cfg.max_groups:
             log.warning(
                 "learner.policy_lr_end anneals over learner.max_groups, which is 0: the rate stays constant"
             )
-        if self.counters.policy_version > 0:
+        if resumed:
             self.publish()  # a resumed learner re-announces its policy under a new version
         done = 0
         prefetcher: Prefetcher | None = None
@@ -278,6 +300,7 @@ class Learner:
         n = 0
         for _, item in self.journal.read():
             if held.record(item.actor_id, item.stream, item.seq):
+                self._count_above_reported_versions(item.batch)
                 self.ingest(item.batch)
                 n += 1
         if n:

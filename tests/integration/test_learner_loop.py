@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 
 import numpy as np
@@ -76,6 +77,24 @@ def test_loop_ingests_updates_publishes_rising_versions_and_resumes_from_its_che
     assert resumed.counters.groups == 6 and resumed.counters.policy_version == 7
     resumed.online.close()
     resumed.anchor.close()
+
+
+def test_a_learner_without_checkpoint_numbers_its_versions_above_those_its_actors_report(tmp_path, caplog):
+    # Restarted without its checkpoint, the learner counts from 0 while its actors run its predecessor's v7.
+    caplog.set_level(logging.INFO, logger="robotrl.learner.loop")
+    inbox, outbox = TransitionQueue(), QueueLink()
+    for b in episodes(0, 6, version=7):
+        inbox.send(b)
+    learner = build_learner(config(tmp_path), MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
+    assert learner.counters.policy_version == 0
+    learner.run(max_groups=2)
+    assert [u.policy_version for u in outbox.drain()] == [8, 9]  # not 1, 2: below what the actors ran
+    assert "policy versions continue above v7, the newest actor actor-0 reports" in caplog.text
+    # Once it has published, the versions are its own: a batch reporting more no longer moves them.
+    inbox.send(episodes(6, 1, version=50)[0])
+    assert learner.ingest_next(10.0) and learner.counters.policy_version == 9
+    learner.online.close()
+    learner.anchor.close()
 
 
 def test_bad_batch_is_refused_counted_and_the_loop_keeps_going(tmp_path):
