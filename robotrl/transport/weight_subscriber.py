@@ -72,7 +72,7 @@ class WeightSubscriber:
             endpoint, keys, self, self._live, who="weights", peer="publisher", thread_name="weights-sub"
         )
         self._assembly: _Assembly | None = None
-        self._skip_version = -1  # a version refused for its content: the rest of it is ignored
+        self._skip_version = -1  # a version refused at a piece: its other pieces and seal are ignored
         self._restart = False
         self._lock = threading.Lock()
         self._ready_update: WeightUpdate | None = None
@@ -147,7 +147,7 @@ class WeightSubscriber:
             else:
                 raise WireError("schema", f"unexpected kind {message.kind!r} from the publisher")
         except WeightRefused as exc:
-            if exc.reason != "partial":  # its content is bad: ignore the rest of this version
+            if exc.reason != "partial" and message.kind == p.WPIECE:  # ignore the rest of this version
                 self._skip_version = message.seq
             self._refuse(exc.reason, str(exc))
 
@@ -231,7 +231,10 @@ class WeightSubscriber:
 
     def _on_seal(self, message: Message) -> None:
         version = message.seq
-        if self._from_replaced_session(message) or version == self._skip_version:
+        if self._from_replaced_session(message):
+            return
+        if version == self._skip_version:  # refused (and counted) at a piece; a resend is checked anew
+            self._skip_version = -1
             return
         asm = self._assembly
         if version <= self._sessions.version:
