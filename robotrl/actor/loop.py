@@ -212,9 +212,10 @@ class ControlLoop:
             return True
         if (
             self.settings.refresh_on_new_weights
-            and self.scheduler.backend.newest_version() > self._running_version
+            and self.scheduler.backend.newest_version() != self._running_version
         ):
-            result.weight_refreshes += 1  # newer weights are loaded: use them now, not after this plan
+            # Other weights are loaded (newer, or a restarted learner's lower version): use them now.
+            result.weight_refreshes += 1
             return True
         return False
 

@@ -263,15 +263,14 @@ class ProcessInference:
                 return None
             try:
                 msg = decode(frames, require_finite=False)
-                if msg.kind == STAGED:
-                    self._newest_version = max(self._newest_version, msg.seq)
+                if msg.kind == STAGED:  # the last staged is the newest, even a new session's lower version
+                    self._newest_version = msg.seq
                     continue
                 reply = message_to_reply(msg)
             except WireError as exc:
                 self.bad_replies += 1
                 log.warning("unreadable reply from the inference worker: %s", exc)
                 return None
-            self._newest_version = max(self._newest_version, reply.policy_version)
             return reply
 
     def newest_version(self) -> int:

@@ -12,7 +12,7 @@ from robotrl.actor.compose import build_loop
 from robotrl.actor.inference import InProcessInference
 from robotrl.actor.slots import PolicySlots
 from robotrl.config.actor import ActorConfig, Strategy
-from robotrl.core.types import Transition, WeightUpdate
+from robotrl.core.types import Transition, WeightUpdate, weights_digest
 
 H = 8
 
@@ -195,6 +195,45 @@ def test_newer_weights_are_used_at_once_when_refresh_is_on(refresh):
     assert result.starved_ticks == 0 and result.prefix_overruns == 0
     versions = [t.policy_version for t in transitions]
     assert versions == sorted(versions)  # never back to old weights
+
+
+class UpdatesAtTicks:
+    """A weight source whose updates each arrive once the env has reached their tick."""
+
+    def __init__(self, env: LineEnv, updates: list[tuple[int, WeightUpdate]]) -> None:
+        self.env, self.updates = env, list(updates)
+
+    def latest(self):
+        if not self.updates or self.env.tick < self.updates[0][0]:
+            return None
+        return self.updates.pop(0)[1]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_restarted_learners_lower_version_is_used_at_once_like_a_newer_one():
+    def update(version: int, bias: float, session: str) -> WeightUpdate:
+        tensors = {"bias": np.array([bias], np.float32)}
+        return WeightUpdate(version, tensors, weights_digest(tensors), "trainable", 0.0, session)
+
+    transitions: list[Transition] = []
+    env = LineEnv(max_ticks=90)
+    updates = [(10, update(5, 0.25, "first")), (50, update(2, 0.5, "second"))]
+    loop, _env, _ = make(
+        Strategy.prefix,
+        ConstantLatency(0.1),  # 3 ticks; a chunk of 32 lasts 28 ticks before the next request
+        env=env,
+        horizon=32,
+        sink=transitions.extend,
+        weights=UpdatesAtTicks(env, updates),
+        refresh_on_new_weights=True,
+    )
+    result = loop.run_episode(0, seed=0)
+    first_new = next(t.tick for t in transitions if t.policy_version == 2)
+    assert result.weight_refreshes == 2 and first_new <= 50 + 1 + 3  # not only when the plan ran low
+    after = [t for t in transitions if t.tick >= first_new]
+    assert {t.policy_version for t in after} == {2} and all(float(t.action[0]) % 1 == 0.5 for t in after)
 
 
 @pytest.mark.parametrize("horizon", [0, 8])
