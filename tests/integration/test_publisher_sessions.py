@@ -16,13 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from doubles import TickPolicy
+from fault_peers import TICKS
+from learner_doubles import MLPChunkPolicy, episode_batch
 from transport_peers import HEARTBEAT_S, TIMEOUT_S
 from waiting import wait_until
 
 from robotrl.actor.slots import PolicySlots
+from robotrl.transport.transitions import TransitionSender
 from robotrl.transport.weight_subscriber import WeightSubscriber
 
 PEERS = str(Path(__file__).with_name("transport_peers.py"))
+FAULT_PEERS = str(Path(__file__).with_name("fault_peers.py"))
 
 
 def start_learner(
@@ -109,3 +113,72 @@ def test_a_learner_restarted_without_checkpoint_is_followed_and_its_old_session_
     assert versions == sorted(set(versions)) and versions[-1] == 3  # rising within the session
     assert actor.slots.policy_version == 3 and actor.slots.refused["old_session"] == 0
     assert np.float32(actor.slots.active.trainable_tensors()["bias"][0]) == 3.0
+
+
+class LearningActor(Actor):
+    """The actor's weight path over the real learner's policy, plus its transitions: each batch
+    carries the version the actor runs, as a real actor's do. A batch goes only once the last
+    was acknowledged, so no backlog of older versions reaches a restarted learner first."""
+
+    def __init__(self, t_endpoint: str, w_endpoint: str, spool: Path) -> None:
+        self.sub = WeightSubscriber(w_endpoint, heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
+        self.slots = PolicySlots(MLPChunkPolicy(2, 4, 3, hidden=16), MLPChunkPolicy(2, 4, 3, hidden=16))
+        self.active = []
+        self._staged = {}
+        self.tx = TransitionSender(
+            t_endpoint, "actor-0", spool_dir=spool, heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S
+        )
+        self.episodes = 0
+
+    def step(self) -> None:
+        update = self.sub.latest()
+        if update is not None and self.slots.stage(update):
+            self._staged[update.policy_version] = update.session
+        if self.slots.swap_if_staged():
+            self.active.append((self._staged[self.slots.policy_version], self.slots.policy_version))
+        if self.tx.stats()["acked"] < self.episodes:
+            return
+        version = self.slots.policy_version
+        batch = episode_batch("actor-0", self.episodes, range(TICKS), end="terminated", version=version)
+        self.tx.send(batch)
+        self.episodes += 1
+
+    def close(self) -> None:
+        self.sub.close()
+        self.tx.close()
+
+
+def spawn_learner(run: Path, t_end: str, w_end: str, log: Path) -> subprocess.Popen[bytes]:
+    """The real learner composition (fault_peers.py): a run folder of its own, so no checkpoint."""
+    with open(log, "a") as err:
+        return subprocess.Popen([sys.executable, FAULT_PEERS, "learner", str(run), t_end, w_end], stderr=err)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_real_learner_restarted_without_checkpoint_numbers_above_its_actors_and_is_followed(tmp_path):
+    t_end, w_end = f"ipc://{tmp_path}/t.sock", f"ipc://{tmp_path}/w.sock"
+    log = tmp_path / "learner.log"
+    procs = [spawn_learner(tmp_path / "first", t_end, w_end, log)]
+    actor = LearningActor(t_end, w_end, tmp_path / "spool")
+    try:
+        wait_until(lambda: actor.slots.policy_version >= 5, 180, "v5 of the first learner", 0.05, actor.step)
+        old_session = actor.active[-1][0]
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(10)
+        procs.append(spawn_learner(tmp_path / "second", t_end, w_end, log))
+        wait_until(
+            lambda: actor.active[-1][0] != old_session,
+            180,
+            "the restarted learner's weights to become the active policy",
+            0.05,
+            actor.step,
+        )
+    finally:
+        actor.close()
+        for proc in procs:
+            proc.kill()
+            proc.wait(10)
+    old_version = max(v for s, v in actor.active if s == old_session)
+    assert actor.active[-1][1] > old_version  # it counted on from the versions its actor reported, not from 1
+    assert "policy versions continue above v" in log.read_text()
