@@ -8,7 +8,7 @@ import pytest
 from robotrl.bench.codec import make_transitions
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.columns import COLUMNS, Shape
-from robotrl.core.types import WeightUpdate
+from robotrl.core.types import WeightUpdate, weights_digest
 from robotrl.wire.codec import Message, WireError, decode, encode
 from robotrl.wire.messages import (
     message_to_transition_batch,
@@ -111,6 +111,15 @@ def test_weight_update_survives_the_wire_and_keeps_its_version():
     )
     for name, t in tensors.items():
         np.testing.assert_array_equal(got.tensors[name], t)
+
+
+def test_a_weight_update_keeps_its_publisher_session_over_the_wire():
+    tensors = {"b": np.zeros(3, np.float32)}
+    update = WeightUpdate(3, tensors, weights_digest(tensors), "trainable", 0.0, "a1b2c3")
+    assert (
+        message_to_weight_update(over_the_wire(weight_update_to_message(update, "learner"))).session
+        == "a1b2c3"
+    )
 
 
 def _weights_reason(message: Message) -> str:
