@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import tempfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,9 +106,9 @@ class WeightPathMachine(RuleBasedStateMachine):
     @initialize()
     def start(self) -> None:
         self.clock = ManualClock()  # constant: the link's own thread never times out and reconnects
-        self.sub = WeightSubscriber(
-            "tcp://127.0.0.1:9", heartbeat_s=1.0, peer_timeout_s=5.0, clock=self.clock
-        )
+        nobody = f"ipc://{tempfile.gettempdir()}/robotrl-no-publisher-{secrets.token_hex(8)}"  # never bound:
+        # the test hands the subscriber its publisher's messages itself, in the order it chooses
+        self.sub = WeightSubscriber(nobody, heartbeat_s=1.0, peer_timeout_s=5.0, clock=self.clock)
         self.slots = PolicySlots(TickPolicy(horizon=4), TickPolicy(horizon=4), clock=self.clock)
         self.current = Publisher(secrets.token_hex(8), 0)
         self.replaced: list[Publisher] = []
