@@ -106,15 +106,14 @@ class WeightPathMachine(RuleBasedStateMachine):
     @initialize()
     def start(self) -> None:
         self.clock = ManualClock()  # constant: the link's own thread never times out and reconnects
-        nobody = f"ipc://{tempfile.gettempdir()}/robotrl-no-publisher-{secrets.token_hex(8)}"  # never bound:
-        # the test hands the subscriber its publisher's messages itself, in the order it chooses
+        # Never bound: the test hands the subscriber its publisher's messages, in the order it chooses.
+        nobody = f"ipc://{tempfile.gettempdir()}/robotrl-no-publisher-{secrets.token_hex(8)}"
         self.sub = WeightSubscriber(nobody, heartbeat_s=1.0, peer_timeout_s=5.0, clock=self.clock)
         self.slots = PolicySlots(TickPolicy(horizon=4), TickPolicy(horizon=4), clock=self.clock)
         self.current = Publisher(secrets.token_hex(8), 0)
         self.replaced: list[Publisher] = []
         self.staged: tuple[str, int] | None = None
         self.active: list[tuple[str, int]] = []  # (session, version) of every swap
-        self.stage_refusals = 0
         self._deliver([p.control(p.WBEAT, "learner", session=self.current.session, latest=-1)])
 
     def teardown(self) -> None:
@@ -171,7 +170,6 @@ class WeightPathMachine(RuleBasedStateMachine):
         if self.slots.stage(update):
             self.staged = (update.session, update.policy_version)
             return True
-        self.stage_refusals += 1
         assert sum(self.slots.refused.values()) == refused + 1, "a refused stage was not counted"
         return False
 
