@@ -109,10 +109,10 @@ class Admission:
         state = max(_abs_max(batch.state), _abs_max(batch.next_state))
         if state > b.state_abs_max:
             return "state", f"|state| {state:.3g} > {b.state_abs_max:g}"
-        for name in ("action", "proposed_action"):
-            values = getattr(batch, name)
-            if ((values < b.action_low) | (values > b.action_high)).any():
-                return "action", f"{name} outside [{b.action_low.min():g}, {b.action_high.max():g}]"
+        # The executed action (the actor clips it to the bounds; a leader arm may overshoot a
+        # little). The policy's proposal is not clipped, and the learner does not train on it.
+        if ((batch.action < b.action_low) | (batch.action > b.action_high)).any():
+            return "action", f"action outside [{b.action_low.min():g}, {b.action_high.max():g}]"
         versions = batch.policy_version
         if ((versions < NO_POLICY) | (versions > newest_version)).any():
             return "policy_version", (
