@@ -34,6 +34,10 @@ REASONS: Final = ("reward", "state", "action", "policy_version", "tick")
 """Why a batch was refused, one counter each per actor."""
 NO_POLICY: Final = -1
 """The policy version of a row no policy chose (a person's, a demonstration's)."""
+MAX_COUNTED_ACTORS: Final = 1024
+"""Actors whose refusals are counted and logged apart; any further ones share :data:`OTHER_ACTORS`,
+so a peer claiming thousands of actor ids cannot grow these tables."""
+OTHER_ACTORS: Final = "(other actors)"
 
 
 @dataclass(frozen=True)
@@ -92,8 +96,11 @@ class Admission:
                 self._newest[batch.actor_id] = (stream, seq, int(batch.episode_id[-1]), int(batch.tick[-1]))
             return True
         reason, detail = problem
-        self.refused.setdefault(batch.actor_id, Counter())[reason] += 1
-        self._log(batch.actor_id, reason, detail)
+        actor = batch.actor_id
+        if actor not in self.refused and len(self.refused) >= MAX_COUNTED_ACTORS:
+            actor = OTHER_ACTORS
+        self.refused.setdefault(actor, Counter())[reason] += 1
+        self._log(actor, reason, detail)
         return False
 
     def problem(

@@ -10,7 +10,7 @@ from learner_doubles import episode_batch, toy_spec
 
 from robotrl.config.learner import GuardConfig
 from robotrl.core.types import EnvSpec
-from robotrl.learner.admission import Admission, ValueBounds
+from robotrl.learner.admission import MAX_COUNTED_ACTORS, OTHER_ACTORS, Admission, ValueBounds
 
 SPEC = toy_spec()  # actions in [-1, 1], episodes of at most 20 ticks
 STREAM = "stream-a"
@@ -85,3 +85,11 @@ def test_an_unbounded_action_dimension_stays_unbounded():
     spec = EnvSpec("free", ("a0",), (-np.inf,), (np.inf,), ("s0",), max_episode_ticks=10)
     bounds = ValueBounds.of(spec, GuardConfig())
     assert bounds.action_low[0] == -np.inf and bounds.action_high[0] == np.inf
+
+
+def test_refusals_of_more_actors_than_counted_apart_share_one_entry():
+    gate = admission()
+    absurd = dataclasses.replace(quiet_batch(0, range(3)), reward=np.full(3, 3e38, np.float32))
+    for i in range(MAX_COUNTED_ACTORS + 50):
+        assert not gate.admit(dataclasses.replace(absurd, actor_id=f"fake-{i}"), STREAM, 0, newest_version=0)
+    assert len(gate.refused) == MAX_COUNTED_ACTORS + 1 and gate.refused[OTHER_ACTORS]["reward"] == 50
