@@ -103,10 +103,9 @@ class Checkpointer:
         (tmp / CHECKPOINT_COUNTERS).write_text(json.dumps(meta, indent=1))
         tmp.rename(final)
         pointer = self.root / ".latest.tmp"
-        pointer.write_text(final.name)
-        os.replace(pointer, self.root / CHECKPOINT_LATEST)
-        pointer.write_text(final.name)
-        os.replace(pointer, self.root / LAST_GOOD)
+        for name in (LAST_GOOD, CHECKPOINT_LATEST):  # latest last: what follows it stays as before
+            pointer.write_text(final.name)
+            os.replace(pointer, self.root / name)
         for old in sorted(self.root.glob("group-*"))[:-KEEP]:
             if old.name != final.name:
                 shutil.rmtree(old, ignore_errors=True)
