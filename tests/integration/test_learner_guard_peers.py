@@ -1,5 +1,6 @@
 """Finding 2 across real processes and sockets: a peer's finite but absurd values reach the learner
-over ZeroMQ, are acknowledged, refused and counted, and the learner's checkpointed state stays finite."""
+over ZeroMQ, are acknowledged, refused and counted, and the learner's checkpointed state stays finite;
+a `robotrl learner` whose updates keep turning non-finite stops with a non-zero exit and says why."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ import pytest
 import torch
 from fault_peers import TICKS
 from learner_doubles import episode_batch
+from learner_process import ROBOTRL, learner_running, shared_overrides
 from transport_peers import HEARTBEAT_S, TIMEOUT_S
 from waiting import wait_until
 
 from robotrl.core.run_folder import CHECKPOINT_COUNTERS, CHECKPOINT_STATE, latest_checkpoint
+from robotrl.learner.checkpoint import Checkpointer
 from robotrl.learner.guard import nonfinite_tensors
+from robotrl.learner.main import EXIT_DIVERGED
 from robotrl.transport.transitions import TransitionSender
 
 PEERS = str(Path(__file__).with_name("fault_peers.py"))
@@ -82,3 +86,27 @@ def test_absurd_rewards_and_versions_from_a_peer_are_acked_refused_and_the_check
     )  # the hostile rows: none
     state = torch.load(latest / CHECKPOINT_STATE, map_location="cpu", weights_only=True)
     assert not nonfinite_tensors(state)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_learner_whose_updates_keep_turning_non_finite_exits_non_zero_and_says_why(tmp_path):
+    """`robotrl learner` with a learning rate that overflows every update, fed by `robotrl actor`."""
+    shared = shared_overrides(tmp_path, max_episode_ticks=90)
+    diverging = ("learner.lr=1.0e30", "learner.guard.max_nonfinite_groups=2")
+    with learner_running(tmp_path, shared, *diverging) as learner:
+        actor = subprocess.Popen(
+            [ROBOTRL, "actor", *shared, f"run_dir={tmp_path}/actor", "actor.episodes=20"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_until(lambda: learner.process.poll() is not None, 400, "the learner to stop by itself")
+        finally:
+            actor.kill()
+            actor.wait(30)
+    out = learner.output
+    assert learner.process.returncode == EXIT_DIVERGED, out[-3000:]
+    assert "robotrl learner stopped" in out and "learner.guard.max_nonfinite_groups=2" in out, out[-3000:]
+    assert "rolled back to the last good state" in out, out[-3000:]
+    assert Checkpointer(tmp_path / "learner").latest() is None  # no finite group: nothing checkpointed
