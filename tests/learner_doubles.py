@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from robotrl.config.learner import LearnerConfig, RapiConfig
+from robotrl.config.learner import GuardConfig, LearnerConfig, RapiConfig
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core import keys
 from robotrl.core.types import EnvSpec, Observation
@@ -91,7 +91,8 @@ def toy_spec(cameras: Mapping[str, tuple[int, int, int]] | None = None) -> EnvSp
 
 def small_learner_config(run_dir: str, rapi: RapiConfig, **learner: Any) -> RobotRLConfig:
     """A config whose learner trains MLPChunkPolicy(2, 4, 3) on the CPU in seconds: horizon 4, batches of 16
-    from the 16th row on; ``rapi`` and ``learner`` (LearnerConfig fields) set what a test varies."""
+    from the 16th row on, admitting episode_batch's actions; ``rapi`` and ``learner`` (LearnerConfig
+    fields) set what a test varies."""
     cfg = RobotRLConfig()
     cfg.run_dir = run_dir
     cfg.policy.horizon, cfg.policy.max_delay = 4, 2
@@ -102,6 +103,8 @@ def small_learner_config(run_dir: str, rapi: RapiConfig, **learner: Any) -> Robo
         "anchor_capacity": 500,
         "fastest_successes": 2,
         "device": "cpu",
+        # episode_batch writes (episode, tick) into the actions, far outside the toy spec's [-1, 1]
+        "guard": GuardConfig(action_margin=1000.0),
     }
     cfg.learner = LearnerConfig(rapi=rapi, **(small | learner))
     return cfg

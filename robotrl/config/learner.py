@@ -57,6 +57,24 @@ class RapiConfig:
 
 
 @dataclass
+class GuardConfig:
+    """What the learner refuses at ingest (values no sane robot sends) and how long it tries to
+    recover from updates that turn its networks non-finite before it stops."""
+
+    reward_abs_max: float = field(default=1.0e3, metadata=bounds(gt=0))
+    """A batch with a reward of larger magnitude is refused: finite but absurd rewards (3e38)
+    overflow the critic to NaN."""
+    state_abs_max: float = field(default=1.0e4, metadata=bounds(gt=0))
+    """A batch with a state value (joint reading, pose) of larger magnitude is refused."""
+    action_margin: float = field(default=0.1, metadata=bounds(ge=0))
+    """Actions may lie this fraction of the action range outside the env's action bounds (a
+    leader arm's reading may overshoot a little); beyond it the batch is refused."""
+    max_nonfinite_groups: int = field(default=3, metadata=bounds(gt=0))
+    """Consecutive update groups that end non-finite (each rolled back) before the learner stops
+    with an error instead of publishing."""
+
+
+@dataclass
 class LearnerConfig:
     algorithm: AlgorithmKind = AlgorithmKind.rapi
     """Learning rule: rapi or bc."""
@@ -128,3 +146,5 @@ class LearnerConfig:
     """Also record metrics to <run_dir>/learner.rrd (open with `rerun learner.rrd`)."""
     rapi: RapiConfig = field(default_factory=RapiConfig)
     """RAPI's critic and advantage weights (BC reads none of them)."""
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    """Value checks at ingest and the non-finite update guard."""

@@ -7,11 +7,17 @@ A checkpoint is a folder ``<run_dir>/checkpoints/group-<N>/`` holding ``state.pt
 policy) and, when enabled, ``buffers/`` (the replay as .npy files and JSON). It is
 written to a temporary folder and renamed, and ``latest`` names the
 newest complete one, so a crash mid-write never leaves a half checkpoint as latest.
+
+A state holding NaN or infinity is never written (:class:`NonFiniteStateError`). The two
+newest checkpoints are kept, and ``last_good`` names the newest one whose state was checked
+finite as it was written: the rotation never deletes it. A resuming learner takes the
+newest checkpoint whose state reads back finite (:meth:`Checkpointer.newest_finite`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -33,10 +39,19 @@ from robotrl.core.run_folder import (
     CHECKPOINTS,
     latest_checkpoint,
 )
+from robotrl.learner.guard import nonfinite_tensors
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 2  # 2: counters.json names the weight version policy_version
 KEEP = 2
 BUFFERS = "buffers"
+LAST_GOOD = "last_good"
+"""In the checkpoints folder: the name of the newest checkpoint whose state was checked finite."""
+
+
+class NonFiniteStateError(ValueError):
+    """A checkpoint was asked to hold NaN or infinity; nothing was written."""
 
 
 @dataclass
@@ -62,7 +77,13 @@ class Checkpointer:
         extra_json: Mapping[str, Any] | None = None,
     ) -> Path:
         """Write one checkpoint; ``save_buffers`` (optional) writes the replay into its ``buffers/``,
-        ``extra_json`` maps file names to JSON documents written beside (the transport ledger)."""
+        ``extra_json`` maps file names to JSON documents written beside (the transport ledger).
+        Raises :class:`NonFiniteStateError`, writing nothing, when a tensor is not finite."""
+        bad = nonfinite_tensors(state) or nonfinite_tensors(policy_weights, "policy")
+        if bad:
+            raise NonFiniteStateError(
+                f"checkpoint of group {counters.groups} not written: non-finite {', '.join(bad[:5])}"
+            )
         self.root.mkdir(parents=True, exist_ok=True)
         # A resumed learner may save at the group count it resumed from: a fresh name each time,
         # so the checkpoint ``latest`` names is never deleted before its successor is in place.
@@ -82,11 +103,43 @@ class Checkpointer:
         (tmp / CHECKPOINT_COUNTERS).write_text(json.dumps(meta, indent=1))
         tmp.rename(final)
         pointer = self.root / ".latest.tmp"
-        pointer.write_text(final.name)
-        os.replace(pointer, self.root / CHECKPOINT_LATEST)
+        for name in (LAST_GOOD, CHECKPOINT_LATEST):  # latest last: what follows it stays as before
+            pointer.write_text(final.name)
+            os.replace(pointer, self.root / name)
         for old in sorted(self.root.glob("group-*"))[:-KEEP]:
-            shutil.rmtree(old, ignore_errors=True)
+            if old.name != final.name:
+                shutil.rmtree(old, ignore_errors=True)
         return final
+
+    def last_good(self) -> Path | None:
+        """The newest checkpoint whose state was checked finite as it was written, or None."""
+        try:
+            path = self.root / (self.root / LAST_GOOD).read_text().strip()
+        except OSError:
+            return None
+        return path if (path / CHECKPOINT_COUNTERS).exists() else None
+
+    def newest_finite(self) -> Path | None:
+        """The checkpoint a learner resumes from: ``latest`` when its state reads back finite,
+        else the newest other one that does (``last_good`` first), else None."""
+        complete = sorted(
+            (p for p in self.root.glob("group-*") if (p / CHECKPOINT_COUNTERS).exists()), reverse=True
+        )
+        seen: set[Path] = set()
+        for path in (self.latest(), self.last_good(), *complete):
+            if path is None or path in seen:
+                continue
+            seen.add(path)
+            try:
+                state = torch.load(path / CHECKPOINT_STATE, map_location="cpu", weights_only=True, mmap=True)
+            except (OSError, RuntimeError) as exc:
+                log.error("checkpoint %s cannot be read (%s): skipped", path, exc)
+                continue
+            bad = nonfinite_tensors(state)
+            if not bad:
+                return path
+            log.error("checkpoint %s holds non-finite %s: skipped", path, ", ".join(bad[:5]))
+        return None
 
     def latest(self) -> Path | None:
         return latest_checkpoint(self.run_dir)

@@ -14,6 +14,10 @@ After a group that changed the policy, its weights go out through the weight
 learner continues its checkpoint's count, and until its first publish a learner raises its
 count to the newest version its actors report (a learner restarted without a checkpoint
 then numbers above the versions in its actors' transitions, not from 1 again).
+
+Guards: an :class:`Admission` refuses implausible batches before they are journaled or
+stored, and an :class:`UpdateGuard` checks every group's losses and state before anything
+is published or checkpointed, rolling a non-finite group back (see :mod:`robotrl.learner.guard`).
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ from robotrl.config.learner import LearnerConfig
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.protocols import Algorithm, BatchReceiver, Sender
 from robotrl.core.types import WeightUpdate
+from robotrl.learner.admission import Admission
 from robotrl.learner.anchor import AnchorBuffer, AnchorFeeder
-from robotrl.learner.checkpoint import Checkpointer, Counters
+from robotrl.learner.checkpoint import Checkpointer, Counters, NonFiniteStateError
+from robotrl.learner.guard import UpdateGuard, nonfinite_tensors
 from robotrl.learner.journal import LEDGER_FILE, Journal, load_ledger
 from robotrl.learner.metrics import MetricsLog
 from robotrl.learner.prefetch import Prefetcher
@@ -58,6 +64,7 @@ class Learner:
         checkpointer: Checkpointer | None = None,
         journal: Journal | None = None,
         counters: Counters | None = None,
+        admission: Admission | None = None,
         weights_subset: str = "trainable",
         prefetch: int = 0,
         seed: int = 0,
@@ -67,6 +74,8 @@ class Learner:
         self.transitions, self.weights = transitions, weights
         self.metrics, self.checkpointer, self.journal = metrics, checkpointer, journal
         self.counters = counters or Counters()
+        self.admission = admission
+        self.guard = UpdateGuard(algorithm, cfg.guard.max_nonfinite_groups)
         self.feeder = AnchorFeeder(online, anchor)
         self.subset = weights_subset
         self.prefetch = prefetch
@@ -128,6 +137,10 @@ class Learner:
         if item is None:
             return False
         self._count_above_reported_versions(item.batch)
+        if self.admission is not None and not self.admission.admit(
+            item.batch, item.stream, item.seq, self.newest_version()
+        ):
+            return True  # acknowledged and dropped: a resend would be refused again
         if self.journal is not None:
             self.journal.append(item)
         self.ingest(item.batch)
@@ -225,14 +238,22 @@ class Learner:
 
     # ----------------------------------------------------------------- updates
 
+    def newest_version(self) -> int:
+        """The newest policy version this learner knows: batches claiming a later one are refused."""
+        return self.counters.policy_version
+
     def publish(self) -> None:
         """Send the policy as the next policy version."""
+        weights = self.algorithm.policy_weights()
+        bad = nonfinite_tensors(weights)
+        if bad:  # the update guard catches this first; the wire must never carry it
+            self.publish_refused += 1
+            log.error("policy weights %s are non-finite: not published", ", ".join(bad[:5]))
+            return
         with self._version_lock:
             self.counters.policy_version += 1
             self._published = True
-        update = WeightUpdate.build(
-            self.counters.policy_version, self.algorithm.policy_weights(), self.subset, time.time()
-        )
+        update = WeightUpdate.build(self.counters.policy_version, weights, self.subset, time.time())
         if not self.weights.send(update):
             self.publish_refused += 1
             log.warning("policy version %d was refused by the weight link", update.policy_version)
@@ -249,6 +270,7 @@ class Learner:
             self.publish()  # a resumed learner re-announces its policy under a new version
         done = 0
         prefetcher: Prefetcher | None = None
+        self.guard.remember()
         try:
             while not self._stop.is_set() and (max_groups == 0 or done < max_groups):
                 if not self._wait_for_data():
@@ -258,6 +280,8 @@ class Learner:
                 if self.cfg.max_groups:  # a known budget: schedules follow the run's progress
                     self.algorithm.set_progress(self.counters.groups / self.cfg.max_groups)
                 result = self.algorithm.update_group(prefetcher.get if prefetcher else self.next_batch)
+                if not self.guard.check(self.counters.groups + 1, result):
+                    continue  # rolled back: nothing published, logged or checkpointed
                 self.counters.groups += 1
                 done += 1
                 if result.get("actor_updates", 0) > 0:
@@ -286,9 +310,17 @@ class Learner:
         with self._ingest_lock:
             journaled = self.journal.files() if self.journal is not None else []
             extra = {LEDGER_FILE: ledger.to_json()} if ledger is not None else {}
-            self.checkpointer.save(
-                self.algorithm.state_dict(), self.counters, self.algorithm.policy_weights(), buffers, extra
-            )
+            try:
+                self.checkpointer.save(
+                    self.algorithm.state_dict(),
+                    self.counters,
+                    self.algorithm.policy_weights(),
+                    buffers,
+                    extra,
+                )
+            except NonFiniteStateError as exc:
+                log.error("%s", exc)
+                return
         if self.journal is not None:
             self.journal.remove(journaled)
 
@@ -329,6 +361,8 @@ class Learner:
             "lag_max": self._lag_max,
             "samples_per_insert": self._sampled / max(self._inserted, 1),
             "refused_batches": self.refused_batches,
+            **(self.admission.counts() if self.admission is not None else {}),
+            "nonfinite_groups": self.guard.nonfinite_groups,
             "segments": self.feeder.segments_added,
             "successes_kept": self.feeder.successes_kept,
             **{k: float(v) for k, v in result.items()},

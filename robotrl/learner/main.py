@@ -18,16 +18,21 @@ from robotrl.config.schema import RobotRLConfig
 from robotrl.core import run_folder
 from robotrl.core.protocols import BatchReceiver, Sender
 from robotrl.core.types import EnvSpec, WeightUpdate
+from robotrl.learner.admission import Admission, ValueBounds
 from robotrl.learner.algorithms import build_algorithm
 from robotrl.learner.anchor import AnchorBuffer
 from robotrl.learner.checkpoint import BUFFERS, Checkpointer, Counters
 from robotrl.learner.demos import load_demonstrations
+from robotrl.learner.guard import LearnerDivergedError
 from robotrl.learner.journal import Journal, restored_ledger
 from robotrl.learner.loop import Learner
 from robotrl.learner.metrics import MetricsLog
 from robotrl.learner.replay import ChunkReplay, ReplaySpec
 from robotrl.learner.torch_utils import resolve_device
 from robotrl.policy.factory import trained_max_delay
+
+EXIT_DIVERGED = 4
+"""`robotrl learner`'s exit status when its updates kept ending non-finite (a config error: 2)."""
 
 
 def replay_spec(cfg: RobotRLConfig, spec: EnvSpec, horizon: int, max_delay: int | None = None) -> ReplaySpec:
@@ -54,8 +59,8 @@ def open_journal(cfg: RobotRLConfig) -> Journal | None:
 
 
 def resume_point(cfg: RobotRLConfig) -> Path | None:
-    """The checkpoint a (re)started learner resumes from, or None."""
-    return Checkpointer(cfg.run_dir).latest() if cfg.learner.resume else None
+    """The checkpoint a (re)started learner resumes from (the newest whose state is finite), or None."""
+    return Checkpointer(cfg.run_dir).newest_finite() if cfg.learner.resume else None
 
 
 def build_learner(
@@ -98,6 +103,7 @@ def build_learner(
         checkpointer=checkpointer,
         journal=open_journal(cfg),
         counters=counters,
+        admission=Admission(ValueBounds.of(spec, lrn.guard)),
         weights_subset=cfg.transport.weights_subset,
         prefetch=lrn.prefetch_batches if lrn.prefetch_batches is not None else 2 * (device.type == "cuda"),
         seed=cfg.seed,
@@ -163,6 +169,10 @@ def run_learner(cfg: RobotRLConfig) -> int:
     )
     try:
         counters = learner.run(cfg.learner.max_groups)
+    except LearnerDivergedError as exc:
+        logging.getLogger(__name__).error("robotrl learner stopped: %s", exc)
+        Console(stderr=True).print(f"[bold red]robotrl learner stopped[/bold red]: {exc}")
+        return EXIT_DIVERGED
     finally:
         transitions.close()
         weights.close()
