@@ -90,3 +90,20 @@ def test_a_secret_key_others_may_read_is_refused(tmp_path, secret, mode):
     os.chmod(keys / secret, mode)
     with pytest.raises(KeysError, match=f"permissions {mode:04o}.*chmod 600"):
         server_keys(keys) if secret.startswith("server") else client_keys(keys, "actor-0")
+
+
+@pytest.mark.slow
+def test_a_learner_whose_secret_key_others_may_read_stops_with_exit_2(tmp_path):
+    keys = tmp_path / "keys"
+    assert robotrl("keys", "generate", "--dir", str(keys)).returncode == 0
+    os.chmod(keys / "server.key_secret", 0o644)
+    out = robotrl(
+        "learner",
+        "transport.transitions_endpoint=tcp://0.0.0.0:0",
+        "transport.weights_endpoint=tcp://*:0",  # differs from the other; neither is bound
+        f"transport.keys_dir={keys}",
+        f"run_dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == EXIT_USAGE, out.stderr[-2000:]
+    assert "transport.keys_dir" in out.stderr and "permissions 0644" in out.stderr
