@@ -118,6 +118,7 @@ def test_a_restarted_learner_still_fences_a_superseded_process(tmp_path):
         newer.send(small_batch("actor-0", 0))
         assert first.recv_item(20.0) is not None
         first.commit()
+        wait_until(lambda: first.ledger.epoch("actor-0") == newer.stream, 20.0, "the newer process's epoch")
         checkpoint = json.loads(json.dumps(first.ledger.to_json()))
         first.close()
         second = TransitionReceiver(quiet_endpoint, ledger=SeqLedger.from_json(checkpoint), **LINK)
