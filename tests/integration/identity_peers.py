@@ -1,8 +1,10 @@
-"""Actor processes for the identity tests: `python identity_peers.py actor ENDPOINT ID N PERIOD_S SPOOL`.
+"""Actor processes for the identity tests:
+`python identity_peers.py actor ENDPOINT ID N PERIOD_S SPOOL [KEYS_DIR KEY_OF]`.
 
 Sends up to N batches, one every PERIOD_S, with write-ahead to SPOOL_DIR (as the actor role
 does), stops early once fenced, waits for the learner (so a spool left by an earlier process is
-loaded and sent) and then for its acks (or the fence), and prints its stats as JSON.
+loaded and sent) and then for its acks (or the fence), and prints its stats as JSON. With
+KEYS_DIR it speaks CURVE with the pair of actor KEY_OF (which need not be ID).
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ import time
 from transport_peers import HEARTBEAT_S, TIMEOUT_S, small_batch
 
 from robotrl.transport.transitions import TransitionSender
+from robotrl.wire.auth import client_keys
 
 
-def actor(endpoint: str, actor_id: str, n: str, period_s: str, spool_dir: str) -> None:
+def actor(
+    endpoint: str, actor_id: str, n: str, period_s: str, spool_dir: str, keys_dir: str = "", key_of: str = ""
+) -> None:
     tx = TransitionSender(
         endpoint,
         actor_id,
@@ -27,6 +32,7 @@ def actor(endpoint: str, actor_id: str, n: str, period_s: str, spool_dir: str) -
         window=4,
         heartbeat_s=HEARTBEAT_S,
         peer_timeout_s=TIMEOUT_S,
+        keys=client_keys(keys_dir, key_of) if keys_dir else None,
     )
     pause = threading.Event()  # never set: a paced loop, not a test's wait
     for i in range(int(n)):
