@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 from robotrl.config.load import ConfigError, compose_config, to_config
 from robotrl.config.schema import config_groups, field_docs
+from robotrl.wire.auth import KeysError
 
 EXIT_USAGE = 2
 EXIT_NOT_BUILT = 3
@@ -178,6 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_NOT_BUILT
     try:
         return _load_entry(role.entry)(cfg)
+    except KeysError as exc:  # a CURVE key missing, malformed or readable by others
+        print(f"robotrl {role.name}: transport.keys_dir: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         # Ctrl-C (or `robotrl launch` stopping a role) before the role installed its own
         # handler, e.g. while an actor is still starting: a clean exit, not a traceback.

@@ -137,7 +137,7 @@ def policy_for_worker(policy: dict[str, Any], spec: dict[str, Any]) -> ChunkPoli
     return make_policy(policy_cfg, env_spec)
 
 
-def subscriber_for_worker(transport: dict[str, Any]) -> WeightSource:
+def subscriber_for_worker(transport: dict[str, Any], actor_id: str) -> WeightSource:
     """Worker-side factory of the weight subscriber (the worker owns the policy's weights)."""
     from omegaconf import OmegaConf
 
@@ -145,7 +145,7 @@ def subscriber_for_worker(transport: dict[str, Any]) -> WeightSource:
 
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TransportConfig), transport))
     assert isinstance(cfg, TransportConfig)
-    return WeightSubscriber.from_config(cfg)
+    return WeightSubscriber.from_config(cfg, actor_id)
 
 
 def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[InferenceBackend, int, int]:
@@ -167,7 +167,7 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
         f"{__name__}:{policy_for_worker.__name__}",
         {"policy": policy_json, "spec": spec_json},
         weights_factory=f"{__name__}:{subscriber_for_worker.__name__}" if online else None,
-        weights_kwargs={"transport": transport_json} if online else {},
+        weights_kwargs={"transport": transport_json, "actor_id": cfg.actor.actor_id} if online else {},
         torch_threads=inference_threads(),
     )
     backend = ProcessInference(worker_spec)
@@ -193,7 +193,7 @@ def _serial_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[In
     if online:
         from robotrl.transport.weight_subscriber import WeightSubscriber
 
-        weights = WeightSubscriber.from_config(cfg.transport)
+        weights = WeightSubscriber.from_config(cfg.transport, cfg.actor.actor_id)
     trained = trained_max_delay(slots.active)
     return InProcessInference(slots, weights), slots.active.horizon, max_prefix(cfg.policy, trained)
 

@@ -176,7 +176,8 @@ def run_ours(act_dir: Path, seconds: float, workdir: Path) -> dict[str, Any]:
         {"path": str(act_dir), "min_infer_s": MIN_INFER_S},
         weights_factory="robotrl.actor.compose:subscriber_for_worker",
         weights_kwargs={
-            "transport": {"weights_endpoint": endpoint, "transitions_endpoint": f"ipc://{workdir}/t"}
+            "transport": {"weights_endpoint": endpoint, "transitions_endpoint": f"ipc://{workdir}/t"},
+            "actor_id": "bench",
         },
         torch_threads=1,
     )

@@ -34,7 +34,7 @@ from robotrl.config.policy import PolicyConfig, PolicyKind
 from robotrl.config.pretrain import PretrainConfig
 from robotrl.config.record import RecordConfig
 from robotrl.config.replay import ReplayConfig
-from robotrl.config.transport import TransportConfig
+from robotrl.config.transport import TransportConfig, curve_on, is_local_endpoint
 
 Problems = list[tuple[str, str]]
 """(dotted field, what is wrong with it) pairs."""
@@ -147,15 +147,25 @@ def buffer_capacities(cfg: RobotRLConfig) -> Problems:
 
 
 def transport_links(cfg: RobotRLConfig) -> Problems:
-    """Two distinct endpoints, a timeout beyond the heartbeat, keys when CURVE is on."""
+    """Two distinct endpoints, a timeout beyond the heartbeat, keys when CURVE is on, and no
+    endpoint another host can reach with CURVE off (anyone there could feed or read the links)."""
     t, out = cfg.transport, []
     if t.transitions_endpoint == t.weights_endpoint:
         out.append(("transport.weights_endpoint", "must differ from transport.transitions_endpoint"))
     if t.peer_timeout_s <= t.heartbeat_s:
         message = f"must exceed heartbeat_s={t.heartbeat_s}, got {t.peer_timeout_s}"
         out.append(("transport.peer_timeout_s", message))
-    if t.curve and not t.keys_dir:
+    if curve_on(t) and not t.keys_dir:
         out.append(("transport.keys_dir", "curve is on, so a keys directory is needed"))
+    if t.curve is False:
+        exposed = [e for e in (t.transitions_endpoint, t.weights_endpoint) if not is_local_endpoint(e)]
+        if exposed:
+            message = (
+                f"false with {', '.join(exposed)}, which other hosts can reach: anyone there could feed "
+                "the learner or take its weights; set transport.curve=true (or null) and run "
+                "`robotrl keys generate`, or use a loopback or ipc endpoint"
+            )
+            out.append(("transport.curve", message))
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from dataclasses import dataclass, field
 
 from robotrl.config.bounds import bounds
@@ -36,7 +38,35 @@ class TransportConfig:
     """Transition batches sent and not yet acknowledged at once (credit-based flow control)."""
     weights_piece_mb: int = field(default=16, metadata=bounds(gt=0))
     """Weight updates travel in pieces of about this many MB (a larger tensor goes alone)."""
-    curve: bool = False
-    """CURVE authentication and encryption (for links that cross hosts)."""
+    curve: bool | None = None
+    """CURVE authentication and encryption; null: on unless both endpoints are loopback, ipc or
+    inproc. false with an endpoint another host can reach is refused."""
     keys_dir: str = "keys"
-    """Directory of CURVE key pairs written by `robotrl keys generate` (needed with ``curve``)."""
+    """Directory of CURVE key pairs written by `robotrl keys generate` (needed with CURVE on)."""
+
+
+def is_local_endpoint(endpoint: str) -> bool:
+    """Whether only this host can reach ``endpoint``: ipc, inproc, or tcp on an address or
+    hostname that resolves to loopback only (``*``, 0.0.0.0, an interface or unresolvable: no)."""
+    scheme, _, rest = endpoint.partition("://")
+    if scheme in ("ipc", "inproc"):
+        return True
+    host = rest.rpartition(";")[2].rpartition(":")[0].strip("[]")
+    if not host or host == "*":
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        resolved = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError):
+        return False
+    return bool(resolved) and all(ipaddress.ip_address(str(a).split("%")[0]).is_loopback for a in resolved)
+
+
+def curve_on(cfg: TransportConfig) -> bool:
+    """CURVE as configured, or (``curve`` null) on unless both endpoints stay on this host."""
+    if cfg.curve is not None:
+        return cfg.curve
+    return not all(is_local_endpoint(e) for e in (cfg.transitions_endpoint, cfg.weights_endpoint))

@@ -6,6 +6,14 @@ ledger keeps the received sequence numbers as sorted disjoint ranges, counts
 duplicates, and knows how far the actor says it has numbered, so it can list
 what is missing. It serialises to JSON so a learner can checkpoint it beside its
 replay buffer and drop, after a restart, batches its previous life already took.
+
+It also holds each actor's **epoch**, as Kafka holds a producer's: the stream id of the
+newest process that has pinged for that actor id (stream ids sort by creation time); an id
+gets one only once a batch of it was recorded. A
+process whose own stream is older has been superseded and is fenced; the epoch is
+checkpointed with the rest, so a restarted learner still fences it. Batches a restarted
+actor resends from its spool carry older streams but arrive from the new process, whose
+epoch is current: fencing looks at the process, never at a batch's stream.
 """
 
 from __future__ import annotations
@@ -112,12 +120,33 @@ class SeqLedger:
         self._dups: dict[tuple[str, str], int] = {}
         self._numbered: dict[tuple[str, str], int] = {}
         self._dropped: dict[tuple[str, str], int] = {}
+        self._epochs: dict[str, str] = {}
+        self._delivered: set[str] = set()  # actors with a recorded batch: only they get an epoch
+
+    def claim_epoch(self, actor_id: str, process_stream: str) -> bool:
+        """Whether the process whose own stream is ``process_stream`` may speak for ``actor_id``:
+        True when it is the newest seen (a newer one becomes the epoch), False when fenced.
+        An actor id no batch has come from gets no epoch: pings alone create no state."""
+        with self._lock:
+            current = self._epochs.get(actor_id)
+            if current is None and actor_id not in self._delivered:
+                return True
+            if current is None or process_stream > current:
+                self._epochs[actor_id] = process_stream
+                return True
+            return process_stream == current
+
+    def epoch(self, actor_id: str) -> str | None:
+        """The stream of the newest process of ``actor_id``, or None before any."""
+        with self._lock:
+            return self._epochs.get(actor_id)
 
     def record(self, actor_id: str, stream: str, seq: int) -> bool:
         """Note ``seq`` as received; False (and a duplicate counted) when it was already."""
         key = (actor_id, stream)
         with self._lock:
             got = self._got.setdefault(key, RangeSet())
+            self._delivered.add(actor_id)
             if got.add(seq):
                 self._numbered[key] = max(self._numbered.get(key, 0), seq + 1)
                 return True
@@ -186,6 +215,7 @@ class SeqLedger:
                     }
                     for (a, s), got in sorted(self._got.items())
                 ],
+                "epochs": dict(sorted(self._epochs.items())),
             }
 
     @classmethod
@@ -199,4 +229,7 @@ class SeqLedger:
             ledger._dups[key] = int(entry["duplicates"])
             ledger._numbered[key] = int(entry["numbered"])
             ledger._dropped[key] = int(entry.get("dropped", 0))
+            if entry["received"]:
+                ledger._delivered.add(key[0])
+        ledger._epochs = {str(a): str(s) for a, s in data.get("epochs", {}).items()}
         return ledger

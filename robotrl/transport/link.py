@@ -18,10 +18,10 @@ from typing import Any, Protocol
 
 import zmq
 
-from robotrl.config.transport import TransportConfig
+from robotrl.config.transport import TransportConfig, curve_on
 from robotrl.transport.background import lower_priority
 from robotrl.transport.heartbeat import Liveness
-from robotrl.transport.sockets import bind, client_socket, server_socket, start_authenticator
+from robotrl.transport.sockets import bind, client_socket, server_socket, start_authenticator, user_id
 from robotrl.wire.auth import ClientKeys, ServerKeys, client_keys, server_keys
 from robotrl.wire.codec import Message, WireError, decode
 
@@ -36,13 +36,14 @@ _RECV_BURST = 256
 
 def server_options(cfg: TransportConfig) -> dict[str, Any]:
     """The keyword arguments a link's binding side takes from the transport config."""
-    keys = server_keys(cfg.keys_dir) if cfg.curve else None
+    keys = server_keys(cfg.keys_dir) if curve_on(cfg) else None
     return {"heartbeat_s": cfg.heartbeat_s, "peer_timeout_s": cfg.peer_timeout_s, "keys": keys}
 
 
-def client_options(cfg: TransportConfig) -> dict[str, Any]:
-    """The keyword arguments a link's connecting side takes from the transport config."""
-    keys = client_keys(cfg.keys_dir) if cfg.curve else None
+def client_options(cfg: TransportConfig, actor_id: str) -> dict[str, Any]:
+    """The keyword arguments a link's connecting side takes from the transport config
+    (with CURVE, the pair of ``actor_id``)."""
+    keys = client_keys(cfg.keys_dir, actor_id) if curve_on(cfg) else None
     return {"heartbeat_s": cfg.heartbeat_s, "peer_timeout_s": cfg.peer_timeout_s, "keys": keys}
 
 
@@ -61,8 +62,9 @@ class ServerHandler(Protocol):
         """How long the next poll may wait: 0 while there is work to send."""
         ...
 
-    def on_message(self, route: bytes, message: Message) -> None:
-        """A decoded message from the peer at ``route``; raise WireError to refuse it."""
+    def on_message(self, route: bytes, message: Message, peer_id: str | None) -> None:
+        """A decoded message from the peer at ``route``, whose key speaks for ``peer_id``
+        (None without CURVE); raise WireError to refuse it."""
         ...
 
     def on_rejected(self, error: WireError) -> None:
@@ -197,7 +199,8 @@ class LinkServer:
             except zmq.Again:
                 return
             try:
-                self._handler.on_message(frames[0].bytes, decode(frames[1:]))
+                peer_id = user_id(frames[0]) if self._keys is not None else None
+                self._handler.on_message(frames[0].bytes, decode(frames[1:]), peer_id)
             except WireError as exc:
                 self._handler.on_rejected(exc)
 

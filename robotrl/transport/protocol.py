@@ -8,7 +8,9 @@ Transition link (actor DEALER -> learner ROUTER):
   has numbered, so the learner can list what is missing;
 - ``pong`` learner -> actor, the reply (meta ``session``: the learner's random
   id, new after every restart, which tells the actor to resend what is unacked);
-- ``ack`` learner -> actor (meta ``stream``, ``ranges``: [lo, hi) pairs).
+- ``ack`` learner -> actor (meta ``stream``, ``ranges``: [lo, hi) pairs);
+- ``fenced`` learner -> actor (meta ``stream``: the fenced process's own stream, ``epoch``:
+  the newer process's): another process took this actor id over; the receiver stops sending.
 
 Weight link (actor DEALER -> learner ROUTER):
 
@@ -38,6 +40,7 @@ from robotrl.wire.codec import Message, WireError
 PING: Final = "ping"
 PONG: Final = "pong"
 ACK: Final = "ack"
+FENCED: Final = "fenced"
 WANT: Final = "want"
 WBEAT: Final = "wbeat"
 WPIECE: Final = "wpiece"

@@ -5,7 +5,8 @@ reconnect intervals (a restarted peer is found again within about a second) and
 ``MAXMSGSIZE`` at the codec's message budget (a peer announcing a bigger frame is
 disconnected before libzmq allocates it, rather than refused after).
 With keys, the binding side is a CURVE server whose ZAP handler accepts only the
-public keys in the authorized directory; the connecting side is a CURVE client.
+public keys in the authorized directory and names each connection by the actor id its key
+speaks for (the message property ``User-Id``); the connecting side is a CURVE client.
 A peer without CURVE, or with a key not authorized, never completes the handshake:
 its messages are never delivered.
 """
@@ -16,6 +17,7 @@ import re
 
 import zmq
 import zmq.auth.thread
+from zmq.utils import z85
 
 from robotrl.wire.auth import ClientKeys, ServerKeys
 from robotrl.wire.codec import DEFAULT_LIMITS
@@ -55,16 +57,36 @@ def client_socket(
     return sock
 
 
+class _ActorAuthenticator(zmq.auth.thread.ThreadAuthenticator):
+    """Admits the authorized keys and gives each connection its key's actor id as User-Id."""
+
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], actor_of_key: dict[bytes, str]) -> None:
+        super().__init__(ctx)
+        self.actor_of_key = actor_of_key
+
+    def curve_user_id(self, client_public_key: bytes) -> str:
+        return self.actor_of_key.get(z85.encode(client_public_key), "")
+
+
 def start_authenticator(
     ctx: zmq.Context[zmq.Socket[bytes]], keys: ServerKeys | None
 ) -> zmq.auth.thread.ThreadAuthenticator | None:
     """The ZAP handler of ``ctx`` that admits only authorized CURVE clients; None without keys."""
     if keys is None:
         return None
-    auth = zmq.auth.thread.ThreadAuthenticator(ctx)
+    auth = _ActorAuthenticator(ctx, dict(keys.actor_of_key))
     auth.start()
     auth.configure_curve(domain="*", location=str(keys.authorized_dir))
     return auth
+
+
+def user_id(frame: zmq.Frame) -> str | None:
+    """The actor id the ZAP handler gave the connection ``frame`` came on; None without CURVE."""
+    try:
+        value = frame.get("User-Id")
+    except zmq.ZMQError:  # no ZAP handler on this socket: nothing authenticated
+        return None
+    return value if isinstance(value, str) and value else None
 
 
 _PORT_ZERO = re.compile(r"^(tcp://.+):0$")

@@ -8,6 +8,11 @@ acknowledged when the application asks for the next one (or calls
 gets it again after its restart. Its :class:`~robotrl.transport.ledger.SeqLedger`
 accounts for every sequence number of every stream (received, duplicate, missing)
 and can be checkpointed and restored. The actor's side is :mod:`.transitions`.
+
+With CURVE, a batch or ping claiming an actor id other than the one its key speaks for is
+refused (``refused_identity``). A second live process with an actor id fences the first
+by the ledger's epoch: the older one's pings and batches are refused (``fenced``) and it
+is told, so two processes never share one actor's acks.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ from robotrl.wire.codec import REASONS, Message, WireError, encode
 from robotrl.wire.messages import TRANSITIONS, message_to_transition_batch
 
 log = logging.getLogger(__name__)
+
+_MAX_FENCED_ROUTES = 1024
+"""Connections remembered as fenced; an older one forgotten is fenced again at its next ping."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +79,16 @@ class TransitionReceiver:
         self._held: Received | None = None
         self._actors: dict[str, Liveness] = {}
         self._routes: dict[str, bytes] = {}  # actor -> its newest connection, where acks go
+        self._fenced_routes: collections.OrderedDict[bytes, str] = collections.OrderedDict()
         self._actors_lock = threading.Lock()
-        self._counts = Counters("received", "duplicates", "overflow", *(f"rejected_{r}" for r in REASONS))
+        self._counts = Counters(
+            "received",
+            "duplicates",
+            "overflow",
+            "fenced",
+            "refused_identity",
+            *(f"rejected_{r}" for r in REASONS),
+        )
         self._link = LinkServer(
             endpoint, keys, self, what="transition receiver", thread_name="transitions-rx"
         )
@@ -135,13 +151,15 @@ class TransitionReceiver:
     def wait_ms(self) -> int:
         return 0 if self._to_ack else POLL_MS
 
-    def on_message(self, route: bytes, message: Message) -> None:
-        if message.kind == TRANSITIONS:
-            self._on_batch(route, message)
-        elif message.kind == p.PING:
-            self._on_ping(route, message)
-        else:
+    def on_message(self, route: bytes, message: Message, peer_id: str | None) -> None:
+        if message.kind not in (TRANSITIONS, p.PING):
             raise WireError("schema", f"unexpected kind {message.kind!r} from an actor")
+        if peer_id is not None and message.sender != peer_id:
+            self._refuse_identity(message.sender, peer_id)
+        elif message.kind == TRANSITIONS:
+            self._on_batch(route, message)
+        else:
+            self._on_ping(route, message)
 
     def on_rejected(self, error: WireError) -> None:
         log_rejection(self._counts, error, "learner transitions")
@@ -150,7 +168,7 @@ class TransitionReceiver:
         self._flush_acks()
 
     def _heard(self, actor_id: str, route: bytes) -> None:
-        self._routes[actor_id] = route
+        self._routes.setdefault(actor_id, route)  # pings move it: a fenced process's batch must not
         with self._actors_lock:
             live = self._actors.get(actor_id)
             if live is None:
@@ -158,8 +176,40 @@ class TransitionReceiver:
                 log.info("learner transitions: actor %s connected", actor_id)
             live.heard()
 
+    def _refuse_identity(self, claimed: str, peer_id: str) -> None:
+        """A message whose sender is not the actor its CURVE key speaks for: counted, not used."""
+        self._counts.add("refused_identity")
+        n = self._counts.snapshot()["refused_identity"]
+        if n <= 5 or n % 100 == 0:
+            log.warning("learner transitions: key of %s claimed actor %s; refused (#%d)", peer_id, claimed, n)
+
+    def _fence(self, route: bytes, actor_id: str, stream: str | None) -> None:
+        """Refuse a superseded process of ``actor_id`` and tell it (it stops sending)."""
+        self._fenced_routes[route] = actor_id
+        self._fenced_routes.move_to_end(route)
+        while len(self._fenced_routes) > _MAX_FENCED_ROUTES:
+            self._fenced_routes.popitem(last=False)
+        self._counts.add("fenced")
+        n = self._counts.snapshot()["fenced"]
+        if n <= 5 or n % 100 == 0:
+            log.warning(
+                "learner transitions: an older process of actor %s (stream %s) fenced by epoch %s (#%d)",
+                actor_id,
+                stream,
+                self.ledger.epoch(actor_id),
+                n,
+            )
+        if stream is not None:
+            epoch = self.ledger.epoch(actor_id) or ""
+            self._link.send(route, encode(p.control(p.FENCED, "learner", stream=stream, epoch=epoch)))
+
     def _on_ping(self, route: bytes, message: Message) -> None:
         stream = p.meta_str(message, "stream")
+        if not self.ledger.claim_epoch(message.sender, stream):
+            self._fence(route, message.sender, stream)
+            return
+        self._fenced_routes.pop(route, None)
+        self._routes[message.sender] = route
         dropped = message.meta.get("dropped", 0)
         self.ledger.numbered(
             message.sender,
@@ -172,6 +222,9 @@ class TransitionReceiver:
 
     def _on_batch(self, route: bytes, message: Message) -> None:
         stream = p.meta_str(message, "stream")
+        if self._fenced_routes.get(route) == message.sender:
+            self._fence(route, message.sender, None)  # told at its ping already; once is enough
+            return
         batch = message_to_transition_batch(message)
         self._heard(message.sender, route)
         item = Received(message.sender, stream, message.seq, batch)

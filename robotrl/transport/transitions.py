@@ -12,6 +12,10 @@ the sender's responsibility from the moment it is numbered (and, with write-ahea
 on disk): a process killed before that, a few milliseconds after ``send``, loses it
 unnumbered, as it loses the transitions not yet gathered into a batch.
 
+A learner that has heard a newer process with the same actor id fences this one: the
+sender then logs it loudly, stops pinging, sending and taking batches (``stats()["fenced"]``),
+spools what it had queued, and leaves what is unacknowledged in the spool for the next start.
+
 The learner's side is :mod:`.transition_receiver`; the socket loop is :mod:`.link`'s.
 """
 
@@ -108,6 +112,7 @@ class TransitionSender:
         self._in_memory = 0
         self._next_seq = 0
         self._learner_session: str | None = None
+        self._fenced = threading.Event()
         self._counts = Counters(
             "queued",
             "refused",
@@ -126,7 +131,7 @@ class TransitionSender:
     @classmethod
     def from_config(cls, cfg: TransportConfig, actor_id: str, **overrides: Any) -> TransitionSender:
         kwargs: dict[str, Any] = {
-            **client_options(cfg),
+            **client_options(cfg, actor_id),
             "spool_dir": cfg.spool_dir,
             "spool_max_bytes": cfg.spool_max_mb << 20,
             "max_inflight": cfg.max_inflight_batches,
@@ -142,7 +147,7 @@ class TransitionSender:
         """Queue ``item`` (do not modify its arrays afterwards); False when the queue is full."""
         if item.actor_id != self.actor_id:
             raise ValueError(f"batch of actor {item.actor_id!r} sent through the sender of {self.actor_id!r}")
-        if len(self._handoff) >= self._max_queue or self._stop.is_set():
+        if len(self._handoff) >= self._max_queue or self._stop.is_set() or self._fenced.is_set():
             self._counts.add("refused")
             return False
         self._handoff.append(item)
@@ -159,13 +164,15 @@ class TransitionSender:
         out["unacked"] = len(self._entries)
         out["learner_alive"] = self._live.alive()
         out["stream"] = self.stream
+        out["fenced"] = self._fenced.is_set()
         return out
 
     def flush(self, timeout_s: float) -> bool:
-        """Wait until every queued batch is acknowledged; False at the deadline."""
+        """Wait until every queued batch is acknowledged; False at the deadline, or once fenced
+        and every queued batch is numbered (and spooled, for the next start)."""
         deadline = time.monotonic() + timeout_s
         while self._handoff or self._entries:
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or (self._fenced.is_set() and not self._handoff):
                 return False
             self._stop.wait(0.01)
         return True
@@ -205,6 +212,8 @@ class TransitionSender:
         return 0 if more else POLL_MS  # else wait for acks
 
     def beat(self) -> None:
+        if self._fenced.is_set():
+            return
         ping = p.control(
             p.PING,
             self.actor_id,
@@ -220,6 +229,8 @@ class TransitionSender:
         elif message.kind == p.ACK:
             self._live.heard()
             self._on_ack(p.meta_str(message, "stream"), p.ack_ranges(message))
+        elif message.kind == p.FENCED:
+            self._on_fenced(p.meta_str(message, "stream"), p.meta_str(message, "epoch"))
         else:
             raise WireError("schema", f"unexpected kind {message.kind!r} from the learner")
 
@@ -231,8 +242,25 @@ class TransitionSender:
         self._mark_all_unsent()
 
     def after_poll(self) -> None:
-        if self._live.alive():
+        if self._live.alive() and not self._fenced.is_set():
             self._send_window()
+
+    def _on_fenced(self, stream: str, epoch: str) -> None:
+        if stream != self.stream:
+            raise WireError("schema", f"fenced: names stream {stream!r}, not this process's")
+        if self._fenced.is_set():
+            return
+        self._fenced.set()
+        log.error(
+            "%s: FENCED: a newer process with actor id %s (stream %s) has taken over from this one "
+            "(stream %s); this process stops sending. %d unacknowledged batches stay in the spool "
+            "(those in memory only are lost); run one process per actor id",
+            self.actor_id,
+            self.actor_id,
+            epoch,
+            self.stream,
+            len(self._entries),
+        )
 
     def _take_handoff(self) -> None:
         """Number and encode queued batches: into memory while there is room; to the spool
@@ -241,7 +269,7 @@ class TransitionSender:
         then are dropped (numbered first, so the learner's ledger counts them)."""
         while self._handoff:
             room = self._in_memory < self._max_inflight
-            waits = self._live.alive() or self._spool is None
+            waits = (self._live.alive() and not self._fenced.is_set()) or self._spool is None
             if not room and waits and len(self._handoff) < self._max_queue // 2:
                 return
             batch = self._handoff.popleft()

@@ -90,8 +90,9 @@ class WeightSubscriber:
         self._link.start()
 
     @classmethod
-    def from_config(cls, cfg: TransportConfig, **overrides: Any) -> WeightSubscriber:
-        kwargs = client_options(cfg)
+    def from_config(cls, cfg: TransportConfig, actor_id: str, **overrides: Any) -> WeightSubscriber:
+        """The subscriber of actor ``actor_id`` (with CURVE it presents that actor's key)."""
+        kwargs = client_options(cfg, actor_id)
         kwargs.update(overrides)
         return cls(cfg.weights_endpoint, **kwargs)
 

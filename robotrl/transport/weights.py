@@ -185,7 +185,8 @@ class WeightPublisher:
             sending = False  # waiting for the hash: poll briefly instead of spinning
         return 0 if sending or self._wake.is_set() else POLL_MS
 
-    def on_message(self, route: bytes, message: Message) -> None:
+    def on_message(self, route: bytes, message: Message, peer_id: str | None) -> None:
+        """Weights go to every authorized actor alike, so ``peer_id`` decides nothing here."""
         if message.kind != p.WANT:
             raise WireError("schema", f"unexpected kind {message.kind!r} from a subscriber")
         have = p.meta_int(message, "have", lo=-1)

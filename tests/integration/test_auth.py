@@ -26,10 +26,10 @@ QUIET_S = 8 * HEARTBEAT_S  # several heartbeat periods: ample for any handshake 
 
 @pytest.fixture
 def keys(tmp_path):
-    generate(tmp_path / "keys")
-    generate(tmp_path / "stranger")
-    good = client_keys(tmp_path / "keys")
-    other = client_keys(tmp_path / "stranger")
+    generate(tmp_path / "keys", ["actor-0"])
+    generate(tmp_path / "stranger", ["stranger"])
+    good = client_keys(tmp_path / "keys", "actor-0")
+    other = client_keys(tmp_path / "stranger", "stranger")
     return {
         "server": server_keys(tmp_path / "keys"),
         "impostor_server": server_keys(tmp_path / "stranger"),

@@ -25,15 +25,15 @@ def test_keys_generate_writes_loadable_pairs(tmp_path, capsys):
     assert cli_main(["keys", "generate", "--dir", str(tmp_path / "keys")]) == 0
     assert "server.key" in capsys.readouterr().out
     assert server_keys(tmp_path / "keys").authorized_dir.is_dir()
-    assert client_keys(tmp_path / "keys").server_public == server_keys(tmp_path / "keys").public
+    assert client_keys(tmp_path / "keys", "actor-0").server_public == server_keys(tmp_path / "keys").public
     assert cli_main(["keys", "generate", "--dir", str(tmp_path / "keys")]) == 1  # never overwrites silently
 
 
 def test_with_curve_an_actor_without_the_key_is_refused_and_one_with_it_gets_through(tmp_path):
-    generate(tmp_path / "keys")
-    generate(tmp_path / "stranger")  # a valid pair the learner never authorized
-    good = client_keys(tmp_path / "keys")
-    stranger = client_keys(tmp_path / "stranger")
+    generate(tmp_path / "keys", ["authorized"])
+    generate(tmp_path / "stranger", ["stranger"])  # a valid pair the learner never authorized
+    good = client_keys(tmp_path / "keys", "authorized")
+    stranger = client_keys(tmp_path / "stranger", "stranger")
     stranger = ClientKeys(stranger.public, stranger.secret, good.server_public)
     rx = TransitionReceiver("tcp://127.0.0.1:0", keys=server_keys(tmp_path / "keys"), **LINK)
     plain = TransitionSender(rx.endpoint, "plain", **LINK)
@@ -69,7 +69,7 @@ def test_with_curve_an_actor_without_the_key_is_refused_and_one_with_it_gets_thr
 def test_weights_over_curve_reach_only_authorized_subscribers(tmp_path):
     generate(tmp_path / "keys")
     pub = WeightPublisher("tcp://127.0.0.1:0", keys=server_keys(tmp_path / "keys"), **LINK)
-    good = WeightSubscriber(pub.endpoint, keys=client_keys(tmp_path / "keys"), **LINK)
+    good = WeightSubscriber(pub.endpoint, keys=client_keys(tmp_path / "keys", "actor-0"), **LINK)
     plain = WeightSubscriber(pub.endpoint, **LINK)
     try:
         pub.publish({"w": np.ones(4, np.float32)})
