@@ -8,6 +8,12 @@ acknowledged when the application asks for the next one (or calls
 gets it again after its restart. Its :class:`~robotrl.transport.ledger.SeqLedger`
 accounts for every sequence number of every stream (received, duplicate, missing)
 and can be checkpointed and restored. The actor's side is :mod:`.transitions`.
+
+A peer gets state here (liveness, route, ledger entries) only by sending a valid batch:
+a ping from an unknown actor is answered and forgotten. At most ``max_actors`` actors
+are tracked (a new one replaces one gone silent, or is refused and resends later), and
+batch numbers or pings reaching more than ``max_seq_ahead`` past a stream's newest
+batch are refused.
 """
 
 from __future__ import annotations
@@ -24,12 +30,12 @@ from typing import Any
 from robotrl.config.transport import TransportConfig
 from robotrl.core.batch import TransitionBatch
 from robotrl.transport import protocol as p
-from robotrl.transport.background import Counters, log_rejection
+from robotrl.transport.background import PEER_LOG, Counters, log_rejection
 from robotrl.transport.heartbeat import Liveness
 from robotrl.transport.ledger import SeqLedger
 from robotrl.transport.link import POLL_MS, Clock, LinkServer, server_options
 from robotrl.wire.auth import ServerKeys
-from robotrl.wire.codec import REASONS, Message, WireError, encode
+from robotrl.wire.codec import REASONS, Message, WireError, WireLimits, encode
 from robotrl.wire.messages import TRANSITIONS, message_to_transition_batch
 
 log = logging.getLogger(__name__)
@@ -58,8 +64,13 @@ class TransitionReceiver:
         peer_timeout_s: float = 5.0,
         keys: ServerKeys | None = None,
         clock: Clock = time.monotonic,
+        max_actors: int = 64,
+        max_seq_ahead: int = 1_000_000,
+        max_batch_bytes: int = 64 << 20,
     ) -> None:
         self.ledger = ledger if ledger is not None else SeqLedger()
+        self._max_actors = max_actors
+        self._max_seq_ahead = max_seq_ahead
         self.session = secrets.token_hex(8)
         self._clock = clock
         self._heartbeat_s = heartbeat_s
@@ -72,9 +83,16 @@ class TransitionReceiver:
         self._actors: dict[str, Liveness] = {}
         self._routes: dict[str, bytes] = {}  # actor -> its newest connection, where acks go
         self._actors_lock = threading.Lock()
-        self._counts = Counters("received", "duplicates", "overflow", *(f"rejected_{r}" for r in REASONS))
+        self._counts = Counters(
+            "received", "duplicates", "overflow", "refused_actors", *(f"rejected_{r}" for r in REASONS)
+        )
         self._link = LinkServer(
-            endpoint, keys, self, what="transition receiver", thread_name="transitions-rx"
+            endpoint,
+            keys,
+            self,
+            what="transition receiver",
+            thread_name="transitions-rx",
+            limits=WireLimits(max_total_bytes=max_batch_bytes),
         )
         self._link.start()
         self.endpoint = self._link.endpoint
@@ -82,6 +100,9 @@ class TransitionReceiver:
     @classmethod
     def from_config(cls, cfg: TransportConfig, **overrides: Any) -> TransitionReceiver:
         kwargs = server_options(cfg)
+        kwargs.update(
+            max_actors=cfg.max_actors, max_seq_ahead=cfg.max_seq_ahead, max_batch_bytes=cfg.max_batch_mb << 20
+        )
         kwargs.update(overrides)
         return cls(cfg.transitions_endpoint, **kwargs)
 
@@ -155,25 +176,50 @@ class TransitionReceiver:
             live = self._actors.get(actor_id)
             if live is None:
                 live = self._actors[actor_id] = Liveness(self._heartbeat_s, self._peer_timeout_s, self._clock)
-                log.info("learner transitions: actor %s connected", actor_id)
+                if PEER_LOG.allow("learner transitions: connected"):
+                    log.info("learner transitions: actor %s connected", actor_id)
             live.heard()
+
+    def _admit(self, actor_id: str, route: bytes) -> bool:
+        """Track the sender of a valid batch; False when ``max_actors`` are tracked and all alive."""
+        with self._actors_lock:
+            live = self._actors
+            if actor_id not in live and len(live) >= self._max_actors:
+                silent = next((a for a, peer in live.items() if not peer.alive()), None)
+                if silent is None:
+                    self._counts.add("refused_actors")  # not acked: it resends once there is room
+                    if PEER_LOG.allow("learner transitions: refused actor"):
+                        log.warning("learner transitions: %d actors tracked; refused %s", len(live), actor_id)
+                    return False
+                del live[silent]
+                self._routes.pop(silent, None)
+        self._heard(actor_id, route)
+        return True
+
+    def _check_ahead(self, actor_id: str, stream: str, seq: int) -> None:
+        """Refuse a batch number (or a ping's count) implausibly far past the stream's newest batch."""
+        newest = self.ledger.numbered_upto(actor_id, stream)
+        if seq > newest + self._max_seq_ahead:
+            raise WireError("schema", f"sequence number {seq} is far past the stream's {newest}")
 
     def _on_ping(self, route: bytes, message: Message) -> None:
         stream = p.meta_str(message, "stream")
-        dropped = message.meta.get("dropped", 0)
-        self.ledger.numbered(
-            message.sender,
-            stream,
-            p.meta_int(message, "next"),
-            dropped if isinstance(dropped, int) and not isinstance(dropped, bool) and dropped >= 0 else 0,
-        )
-        self._heard(message.sender, route)
+        upto = p.meta_int(message, "next")
+        dropped = p.meta_int(message, "dropped") if "dropped" in message.meta else 0
+        if dropped > upto:
+            raise WireError("schema", f"ping: dropped {dropped} of only {upto} batches")
+        if message.sender in self._actors:  # a ping alone creates no state: a valid batch does
+            self._check_ahead(message.sender, stream, upto)
+            self.ledger.numbered(message.sender, stream, upto, dropped)
+            self._heard(message.sender, route)
         self._link.send(route, encode(p.control(p.PONG, "learner", session=self.session)))
 
     def _on_batch(self, route: bytes, message: Message) -> None:
         stream = p.meta_str(message, "stream")
         batch = message_to_transition_batch(message)
-        self._heard(message.sender, route)
+        self._check_ahead(message.sender, stream, message.seq)
+        if not self._admit(message.sender, route):
+            return
         item = Received(message.sender, stream, message.seq, batch)
         key = (message.sender, stream, message.seq)
         with self._queued_lock:
@@ -200,5 +246,8 @@ class TransitionReceiver:
             item = self._to_ack.popleft()
             groups.setdefault((item.actor_id, item.stream), []).append(item.seq)
         for (actor_id, stream), seqs in groups.items():
+            route = self._routes.get(actor_id)
+            if route is None:
+                continue  # forgotten while silent: it resends, and is acked then
             ack = p.control(p.ACK, "learner", stream=stream, ranges=p.to_ranges(seqs))
-            self._link.send(self._routes[actor_id], encode(ack))  # gone or full: it pings again
+            self._link.send(route, encode(ack))  # gone or full: it pings again
