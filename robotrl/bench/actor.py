@@ -178,6 +178,7 @@ def run_ours(act_dir: Path, seconds: float, workdir: Path) -> dict[str, Any]:
         weights_kwargs={
             "transport": {"weights_endpoint": endpoint, "transitions_endpoint": f"ipc://{workdir}/t"}
         },
+        weights_layout=True,
         torch_threads=1,
     )
     backend = ProcessInference(spec)
