@@ -42,7 +42,7 @@ class TransportConfig:
     max_actors: int = field(default=64, metadata=bounds(gt=0))
     """Actors the learner keeps track of at once; a new one beyond it replaces a silent one or waits."""
     max_seq_ahead: int = field(default=1_000_000, metadata=bounds(gt=0))
-    """How far past the newest batch received from a stream a batch number or ping may reach."""
+    """How far past the newest batch known of a stream a batch number or ping may reach."""
     curve: bool = False
     """CURVE authentication and encryption (for links that cross hosts)."""
     keys_dir: str = "keys"

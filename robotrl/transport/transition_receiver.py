@@ -12,8 +12,8 @@ and can be checkpointed and restored. The actor's side is :mod:`.transitions`.
 A peer gets state here (liveness, route, ledger entries) only by sending a valid batch:
 a ping from an unknown actor is answered and forgotten. At most ``max_actors`` actors
 are tracked (a new one replaces one gone silent, or is refused and resends later), and
-batch numbers or pings reaching more than ``max_seq_ahead`` past a stream's newest
-batch are refused.
+batch numbers or pings reaching more than ``max_seq_ahead`` past a known stream's newest
+batch (2**40 for a stream not known yet) are refused.
 """
 
 from __future__ import annotations
@@ -39,6 +39,11 @@ from robotrl.wire.codec import REASONS, Message, WireError, WireLimits, encode
 from robotrl.wire.messages import TRANSITIONS, message_to_transition_batch
 
 log = logging.getLogger(__name__)
+
+
+_FIRST_SEQ_CEILING = 1 << 40
+"""The highest number a stream the ledger does not know yet may start from: a fresh learner
+meets actors that have numbered millions of batches, never 2**40 (a century at 300 a second)."""
 
 
 @dataclass(frozen=True)
@@ -199,7 +204,8 @@ class TransitionReceiver:
     def _check_ahead(self, actor_id: str, stream: str, seq: int) -> None:
         """Refuse a batch number (or a ping's count) implausibly far past the stream's newest batch."""
         newest = self.ledger.numbered_upto(actor_id, stream)
-        if seq > newest + self._max_seq_ahead:
+        limit = newest + self._max_seq_ahead if newest else _FIRST_SEQ_CEILING
+        if seq > limit:
             raise WireError("schema", f"sequence number {seq} is far past the stream's {newest}")
 
     def _on_ping(self, route: bytes, message: Message) -> None:

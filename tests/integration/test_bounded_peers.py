@@ -93,6 +93,9 @@ def test_implausible_counts_in_pings_and_batches_are_refused():
             sock.send_multipart(frames)
         wait_until(lambda: rx.stats()["rejected_schema"] == len(bad), 30, "every implausible message refused")
         assert rx.ledger.numbered_upto("actor-0", "s0") == 4 and rx.recv_item(0.2) is None
+        sock.send_multipart(batch_from("actor-0", 5_000_000, stream="s9"))  # a long-lived actor's
+        item = rx.recv_item(30.0)  # stream, new to this learner: its first number is not absurd
+        assert item is not None and (item.stream, item.seq) == ("s9", 5_000_000)
     finally:
         sock.close()
         ctx.term()
