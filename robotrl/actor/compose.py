@@ -43,6 +43,7 @@ from robotrl.core.types import EnvSpec, Transition
 
 if TYPE_CHECKING:
     from robotrl.actor.dataset import DatasetRecorder
+    from robotrl.transport.weight_checks import Layout
     from robotrl.viz.rerun import RerunObserver
 
 log = logging.getLogger(__name__)
@@ -137,15 +138,18 @@ def policy_for_worker(policy: dict[str, Any], spec: dict[str, Any]) -> ChunkPoli
     return make_policy(policy_cfg, env_spec)
 
 
-def subscriber_for_worker(transport: dict[str, Any], actor_id: str) -> WeightSource:
-    """Worker-side factory of the weight subscriber (the worker owns the policy's weights)."""
+def subscriber_for_worker(
+    transport: dict[str, Any], actor_id: str, expected: Layout | None = None
+) -> WeightSource:
+    """Worker-side factory of the weight subscriber (the worker owns the policy's weights); the
+    worker passes its policy's layout as ``expected``, so updates that do not fit are refused early."""
     from omegaconf import OmegaConf
 
     from robotrl.transport.weight_subscriber import WeightSubscriber
 
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TransportConfig), transport))
     assert isinstance(cfg, TransportConfig)
-    return WeightSubscriber.from_config(cfg, actor_id)
+    return WeightSubscriber.from_config(cfg, actor_id, expected=expected)
 
 
 def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[InferenceBackend, int, int]:
@@ -168,6 +172,7 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
         {"policy": policy_json, "spec": spec_json},
         weights_factory=f"{__name__}:{subscriber_for_worker.__name__}" if online else None,
         weights_kwargs={"transport": transport_json, "actor_id": cfg.actor.actor_id} if online else {},
+        weights_layout=online,
         torch_threads=inference_threads(),
     )
     backend = ProcessInference(worker_spec)
@@ -191,9 +196,12 @@ def _serial_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[In
     slots = PolicySlots(policies[0], policies[1], zero_copy=True)  # updates are the subscriber's own
     weights = None
     if online:
+        from robotrl.transport.weight_checks import shipped_layout
         from robotrl.transport.weight_subscriber import WeightSubscriber
 
-        weights = WeightSubscriber.from_config(cfg.transport, cfg.actor.actor_id)
+        weights = WeightSubscriber.from_config(
+            cfg.transport, cfg.actor.actor_id, expected=shipped_layout(policies[0])
+        )
     trained = trained_max_delay(slots.active)
     return InProcessInference(slots, weights), slots.active.horizon, max_prefix(cfg.policy, trained)
 

@@ -42,6 +42,7 @@ from robotrl.actor.slots import PolicySlots
 from robotrl.actor.timing import InferenceFailedError
 from robotrl.core.protocols import ChunkPolicy, WeightSource
 from robotrl.core.types import InferenceReply, InferenceRequest
+from robotrl.transport.weight_checks import shipped_layout
 from robotrl.wire.codec import WireError, decode, encode
 from robotrl.wire.inference import (
     INFER,
@@ -73,6 +74,9 @@ class WorkerSpec:
     weights_factory: str | None = None
     """'module:function' returning a WeightSource polled by the loader thread; None: fixed weights."""
     weights_kwargs: dict[str, Any] = field(default_factory=dict)
+    weights_layout: bool = False
+    """Also pass the policy's layout (tensor names, shapes, dtypes) as ``expected=``, so the
+    source refuses an update that does not fit before holding it."""
     initial_policy_version: int = 0
     torch_threads: int | None = None
     """torch intra-op threads in the worker; None leaves torch's default."""
@@ -158,7 +162,10 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
     poller.register(staged, zmq.POLLIN)
     source: WeightSource | None = None
     if spec.weights_factory is not None:
-        source = _import(spec.weights_factory)(**spec.weights_kwargs)
+        kwargs = dict(spec.weights_kwargs)
+        if spec.weights_layout:
+            kwargs["expected"] = shipped_layout(active)
+        source = _import(spec.weights_factory)(**kwargs)
         loader = threading.Thread(target=_load_weights_forever, args=(slots, source, stop, ctx), daemon=True)
         loader.start()
     parent = os.getppid()

@@ -179,6 +179,7 @@ def run_ours(act_dir: Path, seconds: float, workdir: Path) -> dict[str, Any]:
             "transport": {"weights_endpoint": endpoint, "transitions_endpoint": f"ipc://{workdir}/t"},
             "actor_id": "bench",
         },
+        weights_layout=True,
         torch_threads=1,
     )
     backend = ProcessInference(spec)

@@ -38,6 +38,13 @@ class TransportConfig:
     """Transition batches sent and not yet acknowledged at once (credit-based flow control)."""
     weights_piece_mb: int = field(default=16, metadata=bounds(gt=0))
     """Weight updates travel in pieces of about this many MB (a larger tensor goes alone)."""
+    max_batch_mb: int = field(default=64, metadata=bounds(gt=0))
+    """Largest transition message the learner reads (all its frames); a bigger one is dropped
+    frame by frame, unread. 64 MB holds 64 transitions of two 96x96 cameras several times over."""
+    max_actors: int = field(default=64, metadata=bounds(gt=0))
+    """Actors the learner keeps track of at once; a new one beyond it replaces a silent one or waits."""
+    max_seq_ahead: int = field(default=1_000_000, metadata=bounds(gt=0))
+    """How far past the newest batch known of a stream a batch number or ping may reach."""
     curve: bool | None = None
     """CURVE authentication and encryption; null: on unless both endpoints are loopback, ipc or
     inproc. false with an endpoint another host can reach is refused."""

@@ -7,6 +7,8 @@ import contextlib
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 
 from robotrl.wire.codec import WireError
 
@@ -41,9 +43,38 @@ def lower_priority(niceness: int = 10) -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
 
 
-def log_rejection(counts: Counters, error: WireError, who: str) -> None:
-    """Count a rejected message; log the first few of each reason, then every 100th."""
+class LogBudget:
+    """At most ``lines_per_s`` log lines per second for each kind of line (a token bucket).
+
+    Kinds are a fixed few (a rejection reason, "actor connected"), never a peer's
+    identity, so a peer that changes identity on every message cannot widen the budget.
+    """
+
+    def __init__(self, lines_per_s: float = 2.0, burst: int = 5, clock: Callable[[], float] = time.monotonic):
+        self._rate = lines_per_s
+        self._burst = float(burst)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._tokens: dict[str, tuple[float, float]] = {}  # kind -> (tokens, when)
+
+    def allow(self, kind: str) -> bool:
+        """True when a line of ``kind`` may be written now (and spends it)."""
+        now = self._clock()
+        with self._lock:
+            tokens, then = self._tokens.get(kind, (self._burst, now))
+            tokens = min(self._burst, tokens + (now - then) * self._rate)
+            allowed = tokens >= 1.0
+            self._tokens[kind] = (tokens - 1.0 if allowed else tokens, now)
+            return allowed
+
+
+PEER_LOG = LogBudget()
+"""The budget every link's lines about its peers share: 5 at once, then 2 per second per kind."""
+
+
+def log_rejection(counts: Counters, error: WireError, who: str, budget: LogBudget = PEER_LOG) -> None:
+    """Count a rejected message; log it within ``budget`` (the count says how many there were)."""
     counts.add(f"rejected_{error.reason}")
     n = counts.snapshot()[f"rejected_{error.reason}"]
-    if n <= 5 or n % 100 == 0:
+    if budget.allow(f"{who}: rejected {error.reason}"):
         log.warning("%s: rejected message (%s, #%d): %s", who, error.reason, n, error)

@@ -7,6 +7,12 @@ duplicates, and knows how far the actor says it has numbered, so it can list
 what is missing. It serialises to JSON so a learner can checkpoint it beside its
 replay buffer and drop, after a restart, batches its previous life already took.
 
+Streams exist only once a batch of theirs is recorded (a ping numbers a known stream,
+never creates one). Of each actor's superseded incarnations only the newest
+``keep_superseded`` are kept; older ones are retired into totals the audit still
+counts, so the ledger (and every checkpoint holding it) stays bounded by actors, not
+by how often they restarted.
+
 It also holds each actor's **epoch**, as Kafka holds a producer's: the stream id of the
 newest process that has pinged for that actor id (stream ids sort by creation time); an id
 gets one only once a batch of it was recorded. A
@@ -111,15 +117,21 @@ class Audit:
     """Missing from a live incarnation: may still arrive."""
 
 
+_RETIRED = ("streams", "received", "duplicates", "dropped_by_actor", "lost_to_actor_crash")
+"""Totals kept of the streams retired from the ledger."""
+
+
 class SeqLedger:
     """Thread-safe per-stream record of received sequence numbers."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_superseded: int = 16) -> None:
         self._lock = threading.Lock()
+        self._keep_superseded = keep_superseded
         self._got: dict[tuple[str, str], RangeSet] = {}
         self._dups: dict[tuple[str, str], int] = {}
         self._numbered: dict[tuple[str, str], int] = {}
         self._dropped: dict[tuple[str, str], int] = {}
+        self._retired = dict.fromkeys(_RETIRED, 0)
         self._epochs: dict[str, str] = {}
         self._delivered: set[str] = set()  # actors with a recorded batch: only they get an epoch
 
@@ -145,7 +157,10 @@ class SeqLedger:
         """Note ``seq`` as received; False (and a duplicate counted) when it was already."""
         key = (actor_id, stream)
         with self._lock:
-            got = self._got.setdefault(key, RangeSet())
+            got = self._got.get(key)
+            if got is None:
+                got = self._got[key] = RangeSet()
+                self._retire_oldest(actor_id, stream)
             self._delivered.add(actor_id)
             if got.add(seq):
                 self._numbered[key] = max(self._numbered.get(key, 0), seq + 1)
@@ -158,13 +173,37 @@ class SeqLedger:
             got = self._got.get((actor_id, stream))
             return got is not None and seq in got
 
-    def numbered(self, actor_id: str, stream: str, upto: int, dropped: int = 0) -> None:
-        """The actor reports it has assigned sequence numbers below ``upto`` and dropped ``dropped``."""
+    def numbered(self, actor_id: str, stream: str, upto: int, dropped: int = 0) -> bool:
+        """The actor reports it has assigned sequence numbers below ``upto`` and dropped ``dropped``;
+        False (and nothing noted) for a stream no batch of which was recorded."""
         key = (actor_id, stream)
         with self._lock:
-            self._got.setdefault(key, RangeSet())
+            if key not in self._got:
+                return False
             self._numbered[key] = max(self._numbered.get(key, 0), upto)
             self._dropped[key] = max(self._dropped.get(key, 0), min(dropped, upto))
+            return True
+
+    def numbered_upto(self, actor_id: str, stream: str) -> int:
+        """How far the stream is known to be numbered (0 for a stream not recorded)."""
+        with self._lock:
+            return self._numbered.get((actor_id, stream), 0)
+
+    def _retire_oldest(self, actor_id: str, arrived: str) -> None:
+        """Fold the actor's superseded streams beyond ``keep_superseded`` (never the one that just
+        ``arrived``) into the retired totals."""
+        streams = sorted(s for a, s in self._got if a == actor_id and s != arrived)
+        streams.append(arrived)
+        for stream in streams[: max(0, len(streams) - 1 - self._keep_superseded)]:
+            key = (actor_id, stream)
+            got, numbered = self._got.pop(key), self._numbered.pop(key, 0)
+            dropped = self._dropped.pop(key, 0)
+            missing = sum(hi - lo for lo, hi in got.gaps(numbered))
+            self._retired["streams"] += 1
+            self._retired["received"] += got.count()
+            self._retired["duplicates"] += self._dups.pop(key, 0)
+            self._retired["dropped_by_actor"] += min(dropped, missing)
+            self._retired["lost_to_actor_crash"] += missing - min(dropped, missing)
 
     def accounts(self) -> list[StreamAccount]:
         """One account per stream; stream ids sort by creation time, so the last of an actor is live."""
@@ -187,7 +226,10 @@ class SeqLedger:
 
     def audit(self) -> Audit:
         """Totals over every stream, each missing batch under its cause."""
-        received = duplicates = dropped = crashed = in_flight = 0
+        with self._lock:
+            retired = dict(self._retired)
+        received, duplicates = retired["received"], retired["duplicates"]
+        dropped, crashed, in_flight = retired["dropped_by_actor"], retired["lost_to_actor_crash"], 0
         for acct in self.accounts():
             received += acct.received
             duplicates += acct.duplicates
@@ -216,6 +258,7 @@ class SeqLedger:
                     for (a, s), got in sorted(self._got.items())
                 ],
                 "epochs": dict(sorted(self._epochs.items())),
+                "retired": dict(self._retired),
             }
 
     @classmethod
@@ -232,4 +275,7 @@ class SeqLedger:
             if entry["received"]:
                 ledger._delivered.add(key[0])
         ledger._epochs = {str(a): str(s) for a, s in data.get("epochs", {}).items()}
+        for name, value in data.get("retired", {}).items():
+            if name in ledger._retired:
+                ledger._retired[name] = int(value)
         return ledger

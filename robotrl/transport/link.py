@@ -6,6 +6,11 @@ socket when the peer falls silent). What a link *says* (batches and acks, weight
 pieces and wants) lives in its handler, which the loop calls on its I/O thread: the
 handler never touches a socket, it only answers callbacks and calls ``send``.
 Socket options, CURVE and binding to OS-assigned ports are :mod:`.sockets`'.
+
+Every socket reads a message frame by frame (:func:`receive_bounded`) against its link's
+:class:`~robotrl.wire.codec.WireLimits`: a message with more frames or bytes than those
+allow is read to its end and dropped frame by frame, never kept whole or decoded, and
+no frame larger than the limits allow gets past libzmq (``MAXMSGSIZE``).
 """
 
 from __future__ import annotations
@@ -21,15 +26,24 @@ import zmq
 from robotrl.config.transport import TransportConfig, curve_on
 from robotrl.transport.background import lower_priority
 from robotrl.transport.heartbeat import Liveness
-from robotrl.transport.sockets import bind, client_socket, server_socket, start_authenticator, user_id
+from robotrl.transport.sockets import (
+    bind,
+    client_socket,
+    message_limit,
+    server_socket,
+    start_authenticator,
+    user_id,
+)
 from robotrl.wire.auth import ClientKeys, ServerKeys, client_keys, server_keys
-from robotrl.wire.codec import Message, WireError, decode
+from robotrl.wire.codec import DEFAULT_LIMITS, Message, WireError, WireLimits, decode
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 POLL_MS = 5
 """The longest a loop waits for a message while it has nothing else to do."""
+_ROUTE_BYTES = 256
+"""Most bytes of a ROUTER's peer identity (libzmq's limit is 255)."""
 _RECV_BURST = 256
 """A server reads at most this many messages per pass, so its own sends are not starved."""
 
@@ -45,6 +59,37 @@ def client_options(cfg: TransportConfig, actor_id: str) -> dict[str, Any]:
     (with CURVE, the pair of ``actor_id``)."""
     keys = client_keys(cfg.keys_dir, actor_id) if curve_on(cfg) else None
     return {"heartbeat_s": cfg.heartbeat_s, "peer_timeout_s": cfg.peer_timeout_s, "keys": keys}
+
+
+def receive_bounded(
+    sock: zmq.Socket[bytes], limits: WireLimits, envelope: int = 0
+) -> list[zmq.Frame] | WireError:
+    """The next whole message's frames, or why it was dropped; raises ``zmq.Again`` when none waits.
+
+    ``envelope`` frames (a ROUTER's peer identity) come before the message. Frames past
+    the limits are read and let go one at a time: an oversized message is never gathered
+    nor decoded. (libzmq hands a multipart message over once all of it has arrived, so
+    before that the bound is its ``MAXMSGSIZE`` per frame, set from the same limits.)
+    """
+    frames: list[zmq.Frame] = []
+    refused: WireError | None = None
+    size, read, more = 0, 0, True
+    while more:
+        # the rest of a message that has begun is already here: libzmq delivers messages whole
+        frame = sock.recv(flags=0 if read else zmq.NOBLOCK, copy=False)
+        more = bool(sock.getsockopt(zmq.RCVMORE))
+        size, read = size + len(frame), read + 1
+        if refused is not None:
+            continue
+        if len(frames) >= limits.max_frames + envelope:
+            refused = WireError("frame_count", f"a message of more than {limits.max_frames} frames")
+        elif size > message_limit(limits) + _ROUTE_BYTES * envelope:
+            refused = WireError("oversized", f"a message of more than {message_limit(limits)} bytes")
+        else:
+            frames.append(frame)
+            continue
+        frames.clear()
+    return refused if refused is not None else frames
 
 
 class Delivery(enum.Enum):
@@ -117,7 +162,8 @@ class LinkServer:
 
     Call :meth:`start` once the handler is ready to be called; it returns when the
     socket is bound (or raises RuntimeError naming ``what`` when it cannot be).
-    ``mandatory`` makes a send to a vanished peer report :attr:`Delivery.GONE`.
+    ``mandatory`` makes a send to a vanished peer report :attr:`Delivery.GONE`; ``limits``
+    bound every message received (frames, bytes) before it is kept or decoded.
     """
 
     def __init__(
@@ -129,8 +175,10 @@ class LinkServer:
         what: str,
         thread_name: str,
         mandatory: bool = False,
+        limits: WireLimits = DEFAULT_LIMITS,
     ) -> None:
         self.endpoint = endpoint
+        self._limits = limits
         self._keys = keys
         self._handler = handler
         self._what = what
@@ -170,7 +218,7 @@ class LinkServer:
         auth = None
         try:
             auth = start_authenticator(ctx, self._keys)
-            sock = server_socket(ctx, zmq.ROUTER, self._keys)
+            sock = server_socket(ctx, zmq.ROUTER, self._keys, self._limits)
             if self._mandatory:
                 sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
             self.endpoint = bind(sock, self.endpoint)
@@ -195,12 +243,14 @@ class LinkServer:
     def _receive(self, sock: zmq.Socket[bytes]) -> None:
         for _ in range(_RECV_BURST):
             try:
-                frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                frames = receive_bounded(sock, self._limits, envelope=1)
             except zmq.Again:
                 return
             try:
+                if isinstance(frames, WireError):
+                    raise frames
                 peer_id = user_id(frames[0]) if self._keys is not None else None
-                self._handler.on_message(frames[0].bytes, decode(frames[1:]), peer_id)
+                self._handler.on_message(frames[0].bytes, decode(frames[1:], self._limits), peer_id)
             except WireError as exc:
                 self._handler.on_rejected(exc)
 
@@ -212,6 +262,7 @@ class LinkClient:
     :attr:`live`. A peer heard once and then silent past ``live.timeout_s`` gets a
     fresh socket (a restarted peer, a dead TCP connection), and the handler is told.
     The thread runs at low priority: it shares the actor's process with its control loop.
+    ``limits`` bound every message received, as :class:`LinkServer`'s do.
     """
 
     def __init__(
@@ -224,9 +275,11 @@ class LinkClient:
         who: str,
         peer: str,
         thread_name: str,
+        limits: WireLimits = DEFAULT_LIMITS,
     ) -> None:
         self.endpoint = endpoint
         self.live = live
+        self._limits = limits
         self._keys = keys
         self._handler = handler
         self._who = who
@@ -253,7 +306,7 @@ class LinkClient:
             self._thread.join(timeout=5.0)
 
     def _connect(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
-        sock = client_socket(ctx, zmq.DEALER, self._keys)
+        sock = client_socket(ctx, zmq.DEALER, self._keys, self._limits)
         sock.connect(self.endpoint)
         self.live.forget()
         self._sock = sock
@@ -287,10 +340,12 @@ class LinkClient:
     def _receive(self, sock: zmq.Socket[bytes]) -> None:
         while True:
             try:
-                frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                frames = receive_bounded(sock, self._limits)
             except zmq.Again:
                 return
             try:
-                self._handler.on_message(decode(frames))
+                if isinstance(frames, WireError):
+                    raise frames
+                self._handler.on_message(decode(frames, self._limits))
             except WireError as exc:
                 self._handler.on_rejected(exc)

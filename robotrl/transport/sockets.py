@@ -2,8 +2,8 @@
 
 Every socket gets ``LINGER 0`` (closing never waits on a dead peer), short
 reconnect intervals (a restarted peer is found again within about a second) and
-``MAXMSGSIZE`` at the codec's message budget (a peer announcing a bigger frame is
-disconnected before libzmq allocates it, rather than refused after).
+``MAXMSGSIZE`` at its link's message budget (:func:`frame_limit`: a peer announcing a
+bigger frame is disconnected before libzmq allocates it, rather than refused after).
 With keys, the binding side is a CURVE server whose ZAP handler accepts only the
 public keys in the authorized directory and names each connection by the actor id its key
 speaks for (the message property ``User-Id``); the connecting side is a CURVE client.
@@ -14,28 +14,45 @@ its messages are never delivered.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 import zmq
 import zmq.auth.thread
 from zmq.utils import z85
 
 from robotrl.wire.auth import ClientKeys, ServerKeys
-from robotrl.wire.codec import DEFAULT_LIMITS
+from robotrl.wire.codec import DEFAULT_LIMITS, WireLimits
+
+CONTROL_LIMITS: Final = WireLimits(max_frames=1, max_total_bytes=0)
+"""What a socket that only ever receives control messages (a header, no arrays) accepts."""
 
 
-def _common(sock: zmq.Socket[bytes]) -> None:
+def frame_limit(limits: WireLimits) -> int:
+    """The largest frame a message within ``limits`` can hold: its header or all its arrays."""
+    return max(limits.max_header_bytes, limits.max_total_bytes)
+
+
+def message_limit(limits: WireLimits) -> int:
+    """The most bytes, all frames together, a message within ``limits`` can hold."""
+    return limits.max_header_bytes + limits.max_total_bytes
+
+
+def _common(sock: zmq.Socket[bytes], limits: WireLimits) -> None:
     sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.MAXMSGSIZE, DEFAULT_LIMITS.max_total_bytes)
+    sock.setsockopt(zmq.MAXMSGSIZE, frame_limit(limits))
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
 
 
 def server_socket(
-    ctx: zmq.Context[zmq.Socket[bytes]], kind: int, keys: ServerKeys | None
+    ctx: zmq.Context[zmq.Socket[bytes]],
+    kind: int,
+    keys: ServerKeys | None,
+    limits: WireLimits = DEFAULT_LIMITS,
 ) -> zmq.Socket[bytes]:
     """A binding socket; a CURVE server when ``keys`` is given (start the authenticator first)."""
     sock = ctx.socket(kind)
-    _common(sock)
+    _common(sock, limits)
     if keys is not None:
         sock.curve_secretkey = keys.secret
         sock.curve_publickey = keys.public
@@ -44,11 +61,14 @@ def server_socket(
 
 
 def client_socket(
-    ctx: zmq.Context[zmq.Socket[bytes]], kind: int, keys: ClientKeys | None
+    ctx: zmq.Context[zmq.Socket[bytes]],
+    kind: int,
+    keys: ClientKeys | None,
+    limits: WireLimits = DEFAULT_LIMITS,
 ) -> zmq.Socket[bytes]:
     """A connecting socket that queues nothing for a peer it is not connected to."""
     sock = ctx.socket(kind)
-    _common(sock)
+    _common(sock, limits)
     sock.setsockopt(zmq.IMMEDIATE, 1)
     if keys is not None:
         sock.curve_secretkey = keys.secret

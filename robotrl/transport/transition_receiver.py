@@ -9,6 +9,12 @@ gets it again after its restart. Its :class:`~robotrl.transport.ledger.SeqLedger
 accounts for every sequence number of every stream (received, duplicate, missing)
 and can be checkpointed and restored. The actor's side is :mod:`.transitions`.
 
+A peer gets state here (liveness, route, ledger entries) only by sending a valid batch:
+a ping from an unknown actor is answered and forgotten. At most ``max_actors`` actors
+are tracked (a new one replaces one gone silent, or is refused and resends later), and
+batch numbers or pings reaching more than ``max_seq_ahead`` past a known stream's newest
+batch (2**40 for a stream not known yet) are refused.
+
 With CURVE, a batch or ping claiming an actor id other than the one its key speaks for is
 refused (``refused_identity``). A second live process with an actor id fences the first
 by the ledger's epoch: the older one's pings and batches are refused (``fenced``) and it
@@ -29,18 +35,23 @@ from typing import Any
 from robotrl.config.transport import TransportConfig
 from robotrl.core.batch import TransitionBatch
 from robotrl.transport import protocol as p
-from robotrl.transport.background import Counters, log_rejection
+from robotrl.transport.background import PEER_LOG, Counters, log_rejection
 from robotrl.transport.heartbeat import Liveness
 from robotrl.transport.ledger import SeqLedger
 from robotrl.transport.link import POLL_MS, Clock, LinkServer, server_options
 from robotrl.wire.auth import ServerKeys
-from robotrl.wire.codec import REASONS, Message, WireError, encode
+from robotrl.wire.codec import REASONS, Message, WireError, WireLimits, encode
 from robotrl.wire.messages import TRANSITIONS, message_to_transition_batch
 
 log = logging.getLogger(__name__)
 
 _MAX_FENCED_ROUTES = 1024
 """Connections remembered as fenced; an older one forgotten is fenced again at its next ping."""
+
+
+_FIRST_SEQ_CEILING = 1 << 40
+"""The highest number a stream the ledger does not know yet may start from: a fresh learner
+meets actors that have numbered millions of batches, never 2**40 (a century at 300 a second)."""
 
 
 @dataclass(frozen=True)
@@ -66,8 +77,13 @@ class TransitionReceiver:
         peer_timeout_s: float = 5.0,
         keys: ServerKeys | None = None,
         clock: Clock = time.monotonic,
+        max_actors: int = 64,
+        max_seq_ahead: int = 1_000_000,
+        max_batch_bytes: int = 64 << 20,
     ) -> None:
         self.ledger = ledger if ledger is not None else SeqLedger()
+        self._max_actors = max_actors
+        self._max_seq_ahead = max_seq_ahead
         self.session = secrets.token_hex(8)
         self._clock = clock
         self._heartbeat_s = heartbeat_s
@@ -85,12 +101,18 @@ class TransitionReceiver:
             "received",
             "duplicates",
             "overflow",
+            "refused_actors",
             "fenced",
             "refused_identity",
             *(f"rejected_{r}" for r in REASONS),
         )
         self._link = LinkServer(
-            endpoint, keys, self, what="transition receiver", thread_name="transitions-rx"
+            endpoint,
+            keys,
+            self,
+            what="transition receiver",
+            thread_name="transitions-rx",
+            limits=WireLimits(max_total_bytes=max_batch_bytes),
         )
         self._link.start()
         self.endpoint = self._link.endpoint
@@ -98,6 +120,9 @@ class TransitionReceiver:
     @classmethod
     def from_config(cls, cfg: TransportConfig, **overrides: Any) -> TransitionReceiver:
         kwargs = server_options(cfg)
+        kwargs.update(
+            max_actors=cfg.max_actors, max_seq_ahead=cfg.max_seq_ahead, max_batch_bytes=cfg.max_batch_mb << 20
+        )
         kwargs.update(overrides)
         return cls(cfg.transitions_endpoint, **kwargs)
 
@@ -173,7 +198,8 @@ class TransitionReceiver:
             live = self._actors.get(actor_id)
             if live is None:
                 live = self._actors[actor_id] = Liveness(self._heartbeat_s, self._peer_timeout_s, self._clock)
-                log.info("learner transitions: actor %s connected", actor_id)
+                if PEER_LOG.allow("learner transitions: connected"):
+                    log.info("learner transitions: actor %s connected", actor_id)
             live.heard()
 
     def _refuse_identity(self, claimed: str, peer_id: str) -> None:
@@ -203,21 +229,43 @@ class TransitionReceiver:
             epoch = self.ledger.epoch(actor_id) or ""
             self._link.send(route, encode(p.control(p.FENCED, "learner", stream=stream, epoch=epoch)))
 
+    def _admit(self, actor_id: str, route: bytes) -> bool:
+        """Track the sender of a valid batch; False when ``max_actors`` are tracked and all alive."""
+        with self._actors_lock:
+            live = self._actors
+            if actor_id not in live and len(live) >= self._max_actors:
+                silent = next((a for a, peer in live.items() if not peer.alive()), None)
+                if silent is None:
+                    self._counts.add("refused_actors")  # not acked: it resends once there is room
+                    if PEER_LOG.allow("learner transitions: refused actor"):
+                        log.warning("learner transitions: %d actors tracked; refused %s", len(live), actor_id)
+                    return False
+                del live[silent]
+                self._routes.pop(silent, None)
+        self._heard(actor_id, route)
+        return True
+
+    def _check_ahead(self, actor_id: str, stream: str, seq: int) -> None:
+        """Refuse a batch number (or a ping's count) implausibly far past the stream's newest batch."""
+        newest = self.ledger.numbered_upto(actor_id, stream)
+        limit = newest + self._max_seq_ahead if newest else _FIRST_SEQ_CEILING
+        if seq > limit:
+            raise WireError("schema", f"sequence number {seq} is far past the stream's {newest}")
+
     def _on_ping(self, route: bytes, message: Message) -> None:
         stream = p.meta_str(message, "stream")
+        upto = p.meta_int(message, "next")
+        dropped = p.meta_int(message, "dropped") if "dropped" in message.meta else 0
+        if dropped > upto:
+            raise WireError("schema", f"ping: dropped {dropped} of only {upto} batches")
         if not self.ledger.claim_epoch(message.sender, stream):
             self._fence(route, message.sender, stream)
             return
         self._fenced_routes.pop(route, None)
-        self._routes[message.sender] = route
-        dropped = message.meta.get("dropped", 0)
-        self.ledger.numbered(
-            message.sender,
-            stream,
-            p.meta_int(message, "next"),
-            dropped if isinstance(dropped, int) and not isinstance(dropped, bool) and dropped >= 0 else 0,
-        )
-        self._heard(message.sender, route)
+        if message.sender in self._actors:  # a ping alone creates no state: a valid batch does
+            self._check_ahead(message.sender, stream, upto)
+            self.ledger.numbered(message.sender, stream, upto, dropped)
+            self._heard(message.sender, route)
         self._link.send(route, encode(p.control(p.PONG, "learner", session=self.session)))
 
     def _on_batch(self, route: bytes, message: Message) -> None:
@@ -226,7 +274,9 @@ class TransitionReceiver:
             self._fence(route, message.sender, None)  # told at its ping already; once is enough
             return
         batch = message_to_transition_batch(message)
-        self._heard(message.sender, route)
+        self._check_ahead(message.sender, stream, message.seq)
+        if not self._admit(message.sender, route):
+            return
         item = Received(message.sender, stream, message.seq, batch)
         key = (message.sender, stream, message.seq)
         with self._queued_lock:
@@ -253,5 +303,8 @@ class TransitionReceiver:
             item = self._to_ack.popleft()
             groups.setdefault((item.actor_id, item.stream), []).append(item.seq)
         for (actor_id, stream), seqs in groups.items():
+            route = self._routes.get(actor_id)
+            if route is None:
+                continue  # forgotten while silent: it resends, and is acked then
             ack = p.control(p.ACK, "learner", stream=stream, ranges=p.to_ranges(seqs))
-            self._link.send(self._routes[actor_id], encode(ack))  # gone or full: it pings again
+            self._link.send(route, encode(ack))  # gone or full: it pings again

@@ -37,6 +37,7 @@ from robotrl.transport import protocol as p
 from robotrl.transport.background import Counters, log_rejection
 from robotrl.transport.heartbeat import Liveness
 from robotrl.transport.link import POLL_MS, Clock, LinkClient, client_options
+from robotrl.transport.sockets import CONTROL_LIMITS
 from robotrl.transport.spool import Spool, SpoolFullError
 from robotrl.wire.auth import ClientKeys
 from robotrl.wire.codec import Frame, Message, WireError, encode
@@ -103,6 +104,7 @@ class TransitionSender:
             who=actor_id,
             peer="learner",
             thread_name=f"transitions-{actor_id}",
+            limits=CONTROL_LIMITS,  # the learner only ever answers with pongs and acks
         )
         self._spool = Spool(Path(spool_dir) / actor_id, spool_max_bytes) if spool_dir else None
         self._write_ahead = write_ahead and self._spool is not None

@@ -14,13 +14,26 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from robotrl.core.protocols import ChunkPolicy
 from robotrl.core.types import WeightUpdate, weights_digest
 
 Layout = Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]]
 """Tensor name -> (shape, dtype): what an actor's policy expects to receive."""
 
 #: Why a weight update was refused; counted as ``refused_<reason>``.
-REFUSALS: Final = ("partial", "digest", "non_finite", "names", "shape", "dtype", "malformed")
+REFUSALS: Final = ("partial", "digest", "non_finite", "names", "shape", "dtype", "malformed", "oversized")
+
+
+def shipped_layout(policy: ChunkPolicy) -> Layout:
+    """What a learner ships to ``policy``: its trainable tensors' names, shapes and dtypes."""
+    return {name: (tuple(arr.shape), arr.dtype) for name, arr in policy.trainable_tensors().items()}
+
+
+def layout_ceiling(expected: Layout) -> int:
+    """Bytes of every tensor of ``expected`` at 8 bytes an element: the most an update of it may
+    carry (the policy's size, or up to 8x for narrow dtypes), so that a wrong dtype is still read
+    and refused as such."""
+    return 8 * sum(int(np.prod(shape, dtype=np.int64)) for shape, _ in expected.values())
 
 
 class WeightRefused(Exception):  # noqa: N818 (a refusal, not a program error)

@@ -7,7 +7,10 @@ expected names, shapes and dtypes, every float is finite and the BLAKE3 digest
 matches; anything else is refused with a logged, counted reason and the old weights
 stay. Versions count within the publisher's session (:mod:`robotrl.core.sessions`): a
 restarted publisher's are followed from its first heartbeat, a replaced session's never
-taken again. :meth:`WeightSubscriber.latest` never blocks: the inference worker polls it
+taken again. With the policy's layout (as the actor builds it) an update may declare no more
+pieces than the layout has tensors nor carry more than 8 bytes per element of the policy,
+and no bigger message is read; without a layout, 1 GiB and 1024 pieces.
+:meth:`WeightSubscriber.latest` never blocks: the inference worker polls it
 between two inferences.
 """
 
@@ -26,14 +29,24 @@ from robotrl.core.sessions import SessionVersions
 from robotrl.core.throttle import ThrottledLog
 from robotrl.core.types import WeightsHasher, WeightUpdate
 from robotrl.transport import protocol as p
-from robotrl.transport.background import Counters
+from robotrl.transport.background import PEER_LOG, Counters
 from robotrl.transport.heartbeat import Liveness
 from robotrl.transport.link import POLL_MS, Clock, LinkClient, client_options
-from robotrl.transport.weight_checks import REFUSALS, Layout, WeightRefused, check_complete, check_tensor
+from robotrl.transport.weight_checks import (
+    REFUSALS,
+    Layout,
+    WeightRefused,
+    check_complete,
+    check_tensor,
+    layout_ceiling,
+)
 from robotrl.wire.auth import ClientKeys
-from robotrl.wire.codec import Message, WireError, encode
+from robotrl.wire.codec import DEFAULT_LIMITS, Message, WireError, WireLimits, encode
 
 log = logging.getLogger(__name__)
+
+_PIECES_WITHOUT_LAYOUT = 1024
+"""Most pieces an update may declare when the subscriber does not know the policy's layout."""
 
 
 @dataclass
@@ -45,6 +58,7 @@ class _Assembly:
     created_time: float
     count: int
     tensors: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+    nbytes: int = 0
     hasher: WeightsHasher = field(default_factory=lambda: WeightsHasher(threads=1))
     next_index: int = 0
 
@@ -67,9 +81,19 @@ class WeightSubscriber:
         self._expected = expected
         # The actor's own weights belong to no publisher: the first session followed replaces them.
         self._sessions = SessionVersions(version=have_policy_version)
+        self._max_pieces = _PIECES_WITHOUT_LAYOUT if expected is None else max(1, len(expected))
+        limits = DEFAULT_LIMITS if expected is None else WireLimits(max_total_bytes=layout_ceiling(expected))
+        self._max_bytes = limits.max_total_bytes
         self._live = Liveness(heartbeat_s, peer_timeout_s, clock)
         self._link = LinkClient(
-            endpoint, keys, self, self._live, who="weights", peer="publisher", thread_name="weights-sub"
+            endpoint,
+            keys,
+            self,
+            self._live,
+            who="weights",
+            peer="publisher",
+            thread_name="weights-sub",
+            limits=limits,
         )
         self._assembly: _Assembly | None = None
         self._skip_version = -1  # a version refused at a piece: its other pieces and seal are ignored
@@ -214,10 +238,17 @@ class WeightSubscriber:
             if subset not in ("full", "trainable"):
                 raise WireError("schema", f"weights subset {subset!r} is not 'full' or 'trainable'")
             created = p.meta_number(message, "created_time")
+            if count > self._max_pieces:
+                raise WeightRefused(
+                    "oversized", f"version {version}: {count} pieces (at most {self._max_pieces})"
+                )
             asm = self._assembly = _Assembly(version, str(subset), created, count)
         elif asm is None or asm.version != version or asm.next_index != index or asm.count != count:
             self._lost_track(f"version {version}: piece {index} arrived out of order")
         self._assembly = None  # until this piece passes, the assembly is void
+        asm.nbytes += sum(arr.nbytes for arr in message.arrays.values())
+        if asm.nbytes > self._max_bytes:
+            raise WeightRefused("oversized", f"version {version}: more than {self._max_bytes} bytes")
         for name, arr in message.arrays.items():
             if name in asm.tensors:
                 raise WeightRefused("names", f"version {version}: tensor {name!r} sent twice")
@@ -268,4 +299,5 @@ class WeightSubscriber:
 
     def _refuse(self, reason: str, detail: str) -> None:
         self._counts.add(f"refused_{reason}")
-        log.warning("weights: refused update (%s); keeping the old weights", detail)
+        if PEER_LOG.allow(f"weights: refused {reason}"):
+            log.warning("weights: refused update (%s); keeping the old weights", detail)

@@ -30,10 +30,11 @@ import zmq
 from robotrl.config.transport import TransportConfig
 from robotrl.core.types import WeightUpdate, weights_digest
 from robotrl.transport import protocol as p
-from robotrl.transport.background import Counters
+from robotrl.transport.background import PEER_LOG, Counters
 from robotrl.transport.heartbeat import Liveness
 from robotrl.transport.link import POLL_MS, Clock, Delivery, LinkServer, server_options
 from robotrl.transport.snapshots import Snapshot, SnapshotPool
+from robotrl.transport.sockets import CONTROL_LIMITS
 from robotrl.wire.auth import ServerKeys
 from robotrl.wire.codec import Frame, Message, WireError, encode
 
@@ -82,6 +83,8 @@ class WeightPublisher:
     """Learner side: binds ``endpoint``; ``publish`` makes a new version the one to send.
 
     Versions start at 1: version 0 is the policy an actor starts with, before any update.
+    At most ``max_subscribers`` are served at once (a silent one is forgotten after the
+    peer timeout); a want from one more is left unanswered, so it asks again.
     """
 
     def __init__(
@@ -94,8 +97,10 @@ class WeightPublisher:
         peer_timeout_s: float = 5.0,
         keys: ServerKeys | None = None,
         clock: Clock = time.monotonic,
+        max_subscribers: int = 64,
     ) -> None:
         self.session = secrets.token_hex(8)
+        self._max_subscribers = max_subscribers
         self._piece_bytes = piece_bytes
         self._next_version = start_policy_version
         self._heartbeat_s = heartbeat_s
@@ -107,17 +112,27 @@ class WeightPublisher:
         self._pool = SnapshotPool()
         self._latest: _Published | None = None
         self._subs: dict[bytes, _Sub] = {}
-        self._counts = Counters("published", "superseded", "pieces_sent", "rejected")
+        self._counts = Counters("published", "superseded", "pieces_sent", "rejected", "refused_subscribers")
         self._wake = threading.Event()
         self._link = LinkServer(
-            endpoint, keys, self, what="weight publisher", thread_name="weights-pub", mandatory=True
+            endpoint,
+            keys,
+            self,
+            what="weight publisher",
+            thread_name="weights-pub",
+            mandatory=True,
+            limits=CONTROL_LIMITS,  # subscribers only ever say which version they have
         )
         self._link.start()
         self.endpoint = self._link.endpoint
 
     @classmethod
     def from_config(cls, cfg: TransportConfig, **overrides: Any) -> WeightPublisher:
-        kwargs: dict[str, Any] = {**server_options(cfg), "piece_bytes": cfg.weights_piece_mb << 20}
+        kwargs: dict[str, Any] = {
+            **server_options(cfg),
+            "piece_bytes": cfg.weights_piece_mb << 20,
+            "max_subscribers": cfg.max_actors,
+        }
         kwargs.update(overrides)
         return cls(cfg.weights_endpoint, **kwargs)
 
@@ -194,7 +209,8 @@ class WeightPublisher:
 
     def on_rejected(self, error: WireError) -> None:
         self._counts.add("rejected")
-        log.warning("weights: rejected message from a subscriber: %s", error)
+        if PEER_LOG.allow(f"weights: rejected {error.reason}"):
+            log.warning("weights: rejected message from a subscriber: %s", error)
 
     def after_poll(self) -> None:
         self._take_pending()
@@ -240,8 +256,12 @@ class WeightPublisher:
     def _on_want(self, route: bytes, have: int, restart: bool) -> None:
         sub = self._subs.get(route)
         if sub is None:
+            if len(self._subs) >= self._max_subscribers:
+                self._counts.add("refused_subscribers")  # it asks again every heartbeat
+                return
             sub = self._subs[route] = _Sub(Liveness(self._heartbeat_s, self._peer_timeout_s, self._clock))
-            log.info("weights: subscriber connected (has version %d)", have)
+            if PEER_LOG.allow("weights: subscriber connected"):
+                log.info("weights: subscriber connected (has version %d)", have)
         sub.live.heard()
         sub.have = have
         latest = self._latest

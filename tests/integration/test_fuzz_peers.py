@@ -15,12 +15,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pytest
 import zmq
 from fuzz_targets import fixed_corpus, mutate, valid_messages
 from hypothesis import given
 from hypothesis import strategies as st
 from waiting import wait_until
 
+from robotrl.config.transport import TransportConfig
 from robotrl.transport.transition_receiver import TransitionReceiver
 from robotrl.transport.transitions import TransitionSender
 from robotrl.transport.weight_subscriber import WeightSubscriber
@@ -88,8 +90,13 @@ def send_damaged_corpus(sock: zmq.Socket, *route: bytes) -> None:
     send()
 
 
+def production_transport(**fields: object) -> TransportConfig:
+    """The default transport config (its limits and caps), on free ports, with the tests' timings."""
+    return TransportConfig(heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S, **fields)
+
+
 def test_learner_transition_receiver_survives_hostile_actors():
-    rx = TransitionReceiver("tcp://127.0.0.1:0", **LINK)
+    rx = TransitionReceiver.from_config(production_transport(transitions_endpoint="tcp://127.0.0.1:0"))
     try:
         with mallory(zmq.DEALER, rx.endpoint) as hostile:
             send_damaged_corpus(hostile)
@@ -149,6 +156,29 @@ def test_actor_transition_sender_survives_a_hostile_learner():
         finally:
             tx.close()
     assert sum(v for k, v in stats.items() if k.startswith("rejected_")) > 0
+
+
+@pytest.mark.timeout(300)
+def test_actor_worker_built_as_in_production_survives_a_hostile_publisher():
+    """The subscriber the actor's worker builds for itself (no layout from the test) under the corpus."""
+    from learner_doubles import toy_spec
+
+    from robotrl.actor.compose import make_backend
+    from robotrl.config.schema import RobotRLConfig
+
+    with mallory(zmq.ROUTER, "tcp://127.0.0.1:*", bind=True) as hostile:
+        cfg = RobotRLConfig()
+        cfg.actor.virtual_time = False
+        cfg.transport = production_transport(weights_endpoint=hostile.getsockopt(zmq.LAST_ENDPOINT).decode())
+        backend, _, _ = make_backend(cfg, toy_spec(), online=True)
+        try:
+            route = _route_of_first(hostile, b"want")
+            send_damaged_corpus(hostile, route)
+            wait_until(lambda: _route_of_first(hostile, b"want") == route, 20, "a want after the fuzzing")
+            backend.poll()
+            assert backend.failure() is None and backend.newest_version() == 0  # nothing forged installed
+        finally:
+            backend.close()
 
 
 def test_actor_weight_subscriber_survives_a_hostile_publisher():

@@ -8,6 +8,7 @@ import pytest
 from robotrl.config.schema import RobotRLConfig, problems
 from robotrl.core.clock import VirtualClock
 from robotrl.core.types import WeightUpdate
+from robotrl.transport.background import LogBudget
 from robotrl.transport.heartbeat import Liveness
 from robotrl.transport.ledger import RangeSet, SeqLedger
 from robotrl.transport.spool import Spool, SpoolFullError
@@ -38,6 +39,30 @@ def test_ledger_counts_duplicates_and_missing_and_survives_json():
     assert restored.accounts() == ledger.accounts() and restored.seen("a", "s", 3)
     with pytest.raises(ValueError, match="format version 7"):
         SeqLedger.from_json({"version": 7, "streams": []})
+
+
+def test_ledger_keeps_few_superseded_streams_and_its_audit_still_counts_them():
+    capped, full = SeqLedger(keep_superseded=2), SeqLedger(keep_superseded=1000)
+    for ledger in (capped, full):
+        for life in range(10):  # ten incarnations of actor a: seq 1 of each never arrived
+            for seq in (0, 2):
+                ledger.record("a", f"{life:06d}", seq)
+            ledger.numbered("a", f"{life:06d}", 4, dropped=1)
+        assert not ledger.numbered("ghost", "s", 10**9)  # a ping never creates a stream
+    assert [a.stream for a in capped.accounts()] == ["000007", "000008", "000009"]
+    assert capped.audit() == full.audit() and full.audit().lost_to_actor_crash == 9
+    assert SeqLedger.from_json(capped.to_json()).audit() == capped.audit()
+
+
+def test_log_budget_allows_a_burst_then_a_steady_rate_per_kind():
+    clock = VirtualClock()
+    budget = LogBudget(lines_per_s=2.0, burst=5, clock=clock.now)
+    assert sum(budget.allow("rejected") for _ in range(1000)) == 5
+    assert budget.allow("connected")  # another kind has its own budget
+    clock.advance(10.0)
+    assert sum(budget.allow("rejected") for _ in range(1000)) == 5  # refilled up to the burst
+    clock.advance(1.0)
+    assert sum(budget.allow("rejected") for _ in range(1000)) == 2
 
 
 def test_peer_is_dead_after_the_timeout_and_heartbeats_are_due_each_period():
