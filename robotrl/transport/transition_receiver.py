@@ -264,6 +264,7 @@ class TransitionReceiver:
         self._fenced_routes.pop(route, None)
         if message.sender in self._actors:  # a ping alone creates no state: a valid batch does
             self._check_ahead(message.sender, stream, upto)
+            self._routes[message.sender] = route  # the process holding the epoch: acks go here
             self.ledger.numbered(message.sender, stream, upto, dropped)
             self._heard(message.sender, route)
         self._link.send(route, encode(p.control(p.PONG, "learner", session=self.session)))
