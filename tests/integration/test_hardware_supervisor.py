@@ -1,0 +1,114 @@
+"""The arm supervisor, a process apart from the actor, holds the arm when the actor stops.
+
+The servos are a fake SO-101 chain served on a pty (:mod:`robotrl.hardware.fake_pty`) in this
+test's process; the actor (``arm_actor_process.py``, the real factory and env) and the
+supervisor it starts are separate processes that open that pty through lerobot's own serial
+port handler, as they would open a real arm's USB adapter.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from robotrl.hardware.fake_pty import ServoPty
+from robotrl.hardware.fake_serial import FakeServoChain, calibrated_chain
+from waiting import wait_until
+
+SO101_JOINTS = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
+ACTOR = Path(__file__).with_name("arm_actor_process.py")
+SUPERVISOR_S = 1.0
+SLACK_S = 4.0
+"""Added to every wait: this machine is shared and loaded; the measured figure is printed."""
+HELD_STEPS = 12
+"""|goal - present| within which a joint counts as held where it is (the actor's goals lead by hundreds)."""
+
+
+class ActorProcess:
+    """``arm_actor_process.py`` on the served arm; a thread keeps the number of its last tick."""
+
+    def __init__(self, port: str, tmp_path: Path, hang_after: int | None = None) -> None:
+        argv = [sys.executable, str(ACTOR), port, str(tmp_path / "cal"), str(SUPERVISOR_S)]
+        argv += [] if hang_after is None else [str(hang_after)]
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        self.ticks = 0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("tick "):
+                self.ticks = int(line.split()[1])
+
+    def alive(self) -> None:
+        if self.process.poll() is not None and self.ticks == 0:
+            raise AssertionError(f"the actor exited with {self.process.returncode} before driving the arm")
+
+
+@pytest.fixture
+def served_arm() -> Iterator[tuple[FakeServoChain, ServoPty]]:
+    chain, _ = calibrated_chain(SO101_JOINTS, list(range(1, 7)), latency_s=(0.0, 0.0))  # the pty adds its own
+    for servo in chain.servos.values():
+        servo.speed = 300.0  # slower than the actor's goals move: the goal leads the joint
+    server = ServoPty(chain)
+    yield chain, server
+    server.close()
+
+
+def held_since(chain: FakeServoChain, since: float) -> bool:
+    """Every servo got a goal after ``since`` and that goal is where the joint is."""
+    snapshot = chain.snapshot()
+    return all(
+        servo.goal_write_times and servo.goal_write_times[-1] > since for servo in chain.servos.values()
+    ) and all(abs(s["goal"] - s["present"]) <= HELD_STEPS and s["torque"] for s in snapshot.values())
+
+
+def leading(chain: FakeServoChain) -> bool:
+    """The arm is moving: some goal is far from where its joint is."""
+    return any(abs(s["goal"] - s["present"]) > 10 * HELD_STEPS for s in chain.snapshot().values())
+
+
+@pytest.mark.timeout(300)
+def test_the_supervisor_holds_the_arm_when_the_actor_is_sigkilled(served_arm, tmp_path):
+    chain, server = served_arm
+    actor = ActorProcess(server.path, tmp_path)
+    try:
+        wait_until(lambda: actor.ticks >= 10, 120, "the actor driving the arm", on_wait=actor.alive)
+        assert leading(chain)
+        killed_at = time.monotonic()
+        os.kill(actor.process.pid, signal.SIGKILL)
+        wait_until(lambda: held_since(chain, killed_at), SUPERVISOR_S + SLACK_S, "the supervisor's hold")
+        held_after = max(s.goal_write_times[-1] for s in chain.servos.values()) - killed_at
+        print(f"held {held_after * 1e3:.0f} ms after the SIGKILL")
+        assert not leading(chain)
+    finally:
+        actor.process.kill()
+        actor.process.wait()
+
+
+@pytest.mark.timeout(300)
+def test_the_supervisor_fences_an_actor_whose_bus_read_hangs_and_holds_the_arm(served_arm, tmp_path):
+    chain, server = served_arm
+    actor = ActorProcess(server.path, tmp_path, hang_after=10)
+    try:
+        wait_until(lambda: actor.ticks >= 10, 120, "the actor driving the arm", on_wait=actor.alive)
+        hung_at = time.monotonic()  # its next read never returns; its heartbeat thread still runs
+        assert leading(chain)
+        wait_until(
+            lambda: actor.process.poll() is not None,
+            SUPERVISOR_S + SLACK_S,
+            "the supervisor fencing the actor",
+        )
+        assert actor.process.returncode == -signal.SIGKILL
+        wait_until(lambda: held_since(chain, hung_at), SUPERVISOR_S + SLACK_S, "the supervisor's hold")
+        print(f"held {time.monotonic() - hung_at:.2f} s after the hang (supervisor_s {SUPERVISOR_S} s)")
+    finally:
+        actor.process.kill()
+        actor.process.wait()
