@@ -1,9 +1,10 @@
 """An actor process driving a served fake SO-101 (a pty) through the real factory, supervisor on.
 
-Run as ``python arm_actor_process.py PTY CALIBRATION_DIR SUPERVISOR_S [HANG_AFTER]``. It prints
-``tick N`` after every step. With ``HANG_AFTER``, the bus's serial read blocks for ever after
-that many steps, as a wedged USB adapter does: the main thread stays inside a bus call while
-the heartbeat thread keeps running.
+Run as ``python arm_actor_process.py PTY CALIBRATION_DIR SUPERVISOR_S [hang|close N]``. It prints
+``supervisor PID`` once connected and ``tick N`` after every step. With ``hang N``, the bus's
+serial read blocks for ever after N steps, as a wedged USB adapter does: the main thread stays
+inside a bus call while the heartbeat thread keeps running. With ``close N`` it closes the env
+after N steps and exits, as a stopped actor does.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def connect(cfg: RobotRLConfig, tries: int = 5) -> LerobotRobotEnv:
 
 def main() -> None:
     port, calibration_dir, supervisor_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    hang_after = int(sys.argv[4]) if len(sys.argv) > 4 else None
+    mode, after = (sys.argv[4], int(sys.argv[5])) if len(sys.argv) > 5 else ("run", -1)
     cfg = RobotRLConfig()
     cfg.hardware.robot_type = "robotrl_fake_so101"
     cfg.hardware.robot_port = port
@@ -55,12 +56,17 @@ def main() -> None:
     cfg.env.cameras = []
     cfg.env.max_episode_ticks = 1_000_000
     env = connect(cfg)
+    assert env.supervisor is not None
+    print(f"supervisor {env.supervisor.process.pid}", flush=True)
     env.reset()
     far = np.array([80, -80, 80, 80, 80, 90], np.float32)  # the joints keep moving toward it
     tick = 0
     while True:
-        if tick == hang_after:
+        if tick == after and mode == "hang":
             hang_serial_reads(env)
+        if tick == after and mode == "close":
+            env.close()
+            return
         env.step(far)
         tick += 1
         print(f"tick {tick}", flush=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from robotrl.hardware.fake_pty import ServoPty
 from robotrl.hardware.fake_serial import FakeServoChain, calibrated_chain
-from waiting import wait_until
+from waiting import pid_alive, wait_until
 
 SO101_JOINTS = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
 ACTOR = Path(__file__).with_name("arm_actor_process.py")
@@ -34,11 +34,11 @@ HELD_STEPS = 12
 class ActorProcess:
     """``arm_actor_process.py`` on the served arm; a thread keeps the number of its last tick."""
 
-    def __init__(self, port: str, tmp_path: Path, hang_after: int | None = None) -> None:
-        argv = [sys.executable, str(ACTOR), port, str(tmp_path / "cal"), str(SUPERVISOR_S)]
-        argv += [] if hang_after is None else [str(hang_after)]
+    def __init__(self, port: str, tmp_path: Path, *mode: str) -> None:
+        argv = [sys.executable, str(ACTOR), port, str(tmp_path / "cal"), str(SUPERVISOR_S), *mode]
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
         self.ticks = 0
+        self.supervisor_pid = 0
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -46,6 +46,8 @@ class ActorProcess:
         for line in self.process.stdout:
             if line.startswith("tick "):
                 self.ticks = int(line.split()[1])
+            elif line.startswith("supervisor "):
+                self.supervisor_pid = int(line.split()[1])
 
     def alive(self) -> None:
         if self.process.poll() is not None and self.ticks == 0:
@@ -96,7 +98,7 @@ def test_the_supervisor_holds_the_arm_when_the_actor_is_sigkilled(served_arm, tm
 @pytest.mark.timeout(300)
 def test_the_supervisor_fences_an_actor_whose_bus_read_hangs_and_holds_the_arm(served_arm, tmp_path):
     chain, server = served_arm
-    actor = ActorProcess(server.path, tmp_path, hang_after=10)
+    actor = ActorProcess(server.path, tmp_path, "hang", "10")
     try:
         wait_until(lambda: actor.ticks >= 10, 120, "the actor driving the arm", on_wait=actor.alive)
         hung_at = time.monotonic()  # its next read never returns; its heartbeat thread still runs
@@ -109,6 +111,24 @@ def test_the_supervisor_fences_an_actor_whose_bus_read_hangs_and_holds_the_arm(s
         assert actor.process.returncode == -signal.SIGKILL
         wait_until(lambda: held_since(chain, hung_at), SUPERVISOR_S + SLACK_S, "the supervisor's hold")
         print(f"held {time.monotonic() - hung_at:.2f} s after the hang (supervisor_s {SUPERVISOR_S} s)")
+    finally:
+        actor.process.kill()
+        actor.process.wait()
+
+
+@pytest.mark.timeout(300)
+def test_an_actor_that_stops_cleanly_dismisses_the_supervisor_which_never_touches_the_bus(
+    served_arm, tmp_path
+):
+    chain, server = served_arm
+    actor = ActorProcess(server.path, tmp_path, "close", "10")
+    try:
+        assert actor.process.wait(timeout=120) == 0
+        assert actor.supervisor_pid > 0
+        writes = [len(servo.goal_writes) for servo in chain.servos.values()]
+        wait_until(lambda: not pid_alive(actor.supervisor_pid), SLACK_S, "the dismissed supervisor exiting")
+        assert [len(servo.goal_writes) for servo in chain.servos.values()] == writes
+        assert all(s["torque"] for s in chain.snapshot().values())  # the actor's own hold stands
     finally:
         actor.process.kill()
         actor.process.wait()
