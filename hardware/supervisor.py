@@ -12,7 +12,7 @@ handle on it. The actor writes :data:`HEARTBEAT` to the supervisor's stdin while
 has hung (:meth:`~robotrl.hardware.env.LerobotRobotEnv.responsive`), and :data:`GOODBYE`
 once it has left the arm safe itself. End of file without a goodbye (the kernel closed the
 dead actor's pipe, and with it its serial port) or a missed deadline (hung) makes the
-supervisor SIGKILL the actor, wait for that end of file, and only then open the port and hold:
+supervisor SIGKILL a hung actor and wait for that end of file, and only then open the port and hold:
 goal := present position, or torque off with ``hardware.safety.disable_torque_on_stop``. So
 two processes never write to the bus at once (on a real port their packets and replies would
 interleave; the fake one, :mod:`~robotrl.hardware.fake_pty`, behaves the same).
@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from robotrl.config.hardware import HardwareConfig, SafetyConfig
 
@@ -63,26 +63,28 @@ class HeartbeatDeadline:
         return self._last + self.deadline_s - self._clock()
 
 
-def watch(fd: int, deadline: HeartbeatDeadline) -> str | None:
-    """Read heartbeats from ``fd`` until the actor says goodbye (None) or fails (the reason)."""
+def watch(fd: int, deadline: HeartbeatDeadline) -> Literal["goodbye", "died", "hung"]:
+    """Read heartbeats from ``fd`` until the actor says goodbye, dies (end of file: the kernel
+    closed its pipe) or misses the deadline (hung)."""
     while True:
         ready, _, _ = select.select([fd], [], [], max(deadline.remaining(), 0.0))
         if not ready:
             if deadline.remaining() < 0:
-                return f"no heartbeat for {deadline.deadline_s:.2f} s (actor hung)"
+                return "hung"
             continue
         data = os.read(fd, 4096)
         if not data:
-            return "the actor's pipe closed without a goodbye (actor killed)"
+            return "died"
         if GOODBYE in data:
-            return None
+            return "goodbye"
         deadline.beat()
 
 
 def fence_actor(pid: int, fd: int, timeout_s: float = FENCE_TIMEOUT_S) -> bool:
-    """SIGKILL the actor and wait for its end of the pipe to close: the kernel has then closed
-    its serial port as well. False if it did not close in time (a forked child still holds it)."""
-    with contextlib.suppress(ProcessLookupError):  # already dead: its pipe says so below
+    """SIGKILL a hung actor and wait for its end of the pipe to close: the kernel has then closed
+    its serial port as well. False if it did not close in time (a forked child still holds it).
+    Only while the pipe is open, so the pid is still the actor's and cannot have been reused."""
+    with contextlib.suppress(ProcessLookupError):  # it died a moment ago: its pipe closes below
         os.kill(pid, signal.SIGKILL)
     end = time.monotonic() + timeout_s
     while (left := end - time.monotonic()) > 0:
@@ -115,12 +117,19 @@ def supervise(fd: int, actor_pid: int, hw: HardwareConfig, deadline: HeartbeatDe
     sys.stdout.buffer.write(READY)
     sys.stdout.flush()
     deadline.beat()  # the deadline runs from now, not from the seconds spent importing lerobot
-    reason = watch(fd, deadline)
-    if reason is None:
+    verdict = watch(fd, deadline)
+    if verdict == "goodbye":
         return 0
-    log.error("arm supervisor: %s; fencing actor %d and holding the arm", reason, actor_pid)
-    if not fence_actor(actor_pid, fd):
-        log.error("arm supervisor: actor %d's pipe still open after %.0f s", actor_pid, FENCE_TIMEOUT_S)
+    if verdict == "died":
+        log.error("arm supervisor: actor %d died without a goodbye; holding the arm", actor_pid)
+    else:
+        log.error(
+            "arm supervisor: no heartbeat from actor %d for %.2f s (hung); killing it, then holding the arm",
+            actor_pid,
+            deadline.deadline_s,
+        )
+        if not fence_actor(actor_pid, fd):
+            log.error("arm supervisor: actor %d's pipe still open after %.0f s", actor_pid, FENCE_TIMEOUT_S)
     for attempt in range(1, HOLD_TRIES + 1):
         try:
             state = hold_arm(robot, hw.safety.disable_torque_on_stop)
