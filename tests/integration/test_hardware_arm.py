@@ -16,9 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hardware_fakes import KeyPipe, fake_env, fake_leader, hardware_config
-from robotrl.hardware.env import NON_FINITE_READING, ArmStoppedError
+from hardware_fakes import KeyPipe, build_limits, fake_env, fake_follower, fake_leader, hardware_config
+from robotrl.hardware.env import NON_FINITE_READING, ArmStoppedError, LerobotRobotEnv
 from robotrl.hardware.fake_serial import RESOLUTION
+from robotrl.hardware.safety import SafetyLayer
 from robotrl.sim import so101
 from waiting import wait_until
 
@@ -130,6 +131,33 @@ def test_a_nan_reading_mid_episode_ends_it_and_no_non_finite_command_is_sent(tmp
     assert goal_writes(chain) == [3] * 6
     env.hold()  # a watchdog's or stop's hold re-reads the arm: a NaN there is refused too
     assert env.counts["non_finite_commands"] == 1 and goal_writes(chain) == [3] * 6
+
+
+def test_a_bus_call_past_the_stall_time_makes_the_env_unresponsive(tmp_path):
+    """What the heartbeat to the arm supervisor rests on, on an injected clock: the arm counts as
+    hung while one bus call has run longer than the stall time, and only then."""
+    robot, _ = fake_follower(tmp_path)
+    robot.connect()
+    now = [0.0]
+    limits = build_limits(hardware_config().hardware, tuple(robot.action_features))
+    safety = SafetyLayer(limits)
+    env = LerobotRobotEnv(robot, safety, control_hz=30, max_episode_ticks=10, clock=lambda: now[0])
+    seen: list[tuple[bool, bool]] = []
+    read_observation = robot.get_observation
+
+    def slow_read():
+        now[0] += 0.3  # this read takes 0.3 s
+        seen.append((env.responsive(0.25), env.responsive(0.5)))
+        return read_observation()
+
+    robot.get_observation = slow_read
+    try:
+        assert env.responsive(0.0)
+        env.reset()
+        assert seen == [(False, True)]
+        assert env.responsive(0.0)  # no bus call in flight
+    finally:
+        env.close()
 
 
 def test_emergency_stop_holds_within_one_tick_and_stays_latched(tmp_path, close_after):
