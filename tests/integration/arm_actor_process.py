@@ -1,6 +1,7 @@
 """An actor process driving a served fake SO-101 (a pty) through the real factory, supervisor on.
 
-Run as ``python arm_actor_process.py PTY CALIBRATION_DIR SUPERVISOR_S [hang|close N]``. It prints
+Run as ``python arm_actor_process.py PTY CALIBRATION_DIR SUPERVISOR_S [run|hang|close N [limp]]``
+(``limp``: ``hardware.safety.disable_torque_on_stop``). It prints
 ``supervisor PID`` once connected and ``tick N`` after every step. With ``hang N``, the bus's
 serial read blocks for ever after N steps, as a wedged USB adapter does: the main thread stays
 inside a bus call while the heartbeat thread keeps running. With ``close N`` it closes the env
@@ -52,6 +53,7 @@ def main() -> None:
     cfg.hardware.calibration_dir = calibration_dir
     cfg.hardware.keys = False
     cfg.hardware.safety.supervisor_s = supervisor_s
+    cfg.hardware.safety.disable_torque_on_stop = sys.argv[6:] == ["limp"]
     cfg.actor.virtual_time = False
     cfg.env.cameras = []
     cfg.env.max_episode_ticks = 1_000_000
