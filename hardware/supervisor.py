@@ -186,9 +186,11 @@ class SupervisorLink:
         ready, _, _ = select.select([self._ready], [], [], start_timeout_s)
         if not ready or self._ready.readline() != READY:
             self.process.kill()
+            status = self.process.wait()
             raise RuntimeError(
-                f"the arm supervisor did not start within {start_timeout_s:.0f} s; "
-                "refusing to drive an unsupervised arm (hardware.safety.supervisor_s=0 turns it off)"
+                f"the arm supervisor did not start within {start_timeout_s:.0f} s (exit status {status}, "
+                "its log is above); refusing to drive an unsupervised arm "
+                "(hardware.safety.supervisor_s=0 turns it off)"
             )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="robotrl-arm-heartbeat", daemon=True)
