@@ -134,7 +134,7 @@ def supervise(fd: int, actor_pid: int, hw: HardwareConfig, deadline: HeartbeatDe
         try:
             state = hold_arm(robot, hw.safety.disable_torque_on_stop)
         except (ConnectionError, OSError, RuntimeError) as exc:
-            log.error("arm supervisor: hold %d/%d failed: %s", attempt, HOLD_TRIES, exc)
+            log.error("arm supervisor: hold %d/%d failed: %r", attempt, HOLD_TRIES, exc, exc_info=True)
             continue
         log.error("arm supervisor: arm left safe (%s)", state)
         return 1

@@ -34,11 +34,12 @@ def hang_serial_reads(env: object) -> None:
 
 def connect(cfg: RobotRLConfig, tries: int = 5) -> LerobotRobotEnv:
     """The env; connecting is retried because on a loaded test machine the pty's answer to one of
-    lerobot's configuration writes (which it sends without retries) can miss the SDK's 50 ms."""
+    lerobot's handshake pings or configuration writes (sent without retries) can miss the SDK's
+    50 ms (lerobot raises ConnectionError or, for the motor check, RuntimeError)."""
     for attempt in range(1, tries + 1):
         try:
             return make_hardware_env(cfg)
-        except ConnectionError as exc:
+        except (ConnectionError, RuntimeError) as exc:
             print(f"connect {attempt}/{tries} failed: {exc}", file=sys.stderr, flush=True)
     raise SystemExit(f"could not connect in {tries} tries")
 

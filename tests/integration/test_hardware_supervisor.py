@@ -31,6 +31,16 @@ HELD_STEPS = 12
 """|goal - present| within which a joint counts as held where it is (the actor's goals lead by hundreds)."""
 
 
+def exited(pid: int) -> bool:
+    """The process is gone, or a zombie nobody has reaped yet (the supervisor outlives its parent,
+    the actor, so whoever adopts it reaps it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state == "Z" or not pid_alive(pid)
+
+
 class ActorProcess:
     """``arm_actor_process.py`` on the served arm; a thread keeps the number of its last tick."""
 
@@ -48,6 +58,14 @@ class ActorProcess:
                 self.ticks = int(line.split()[1])
             elif line.startswith("supervisor "):
                 self.supervisor_pid = int(line.split()[1])
+
+    def stop(self) -> None:
+        """Kill the actor if it still runs, and wait for its supervisor to finish (so it never
+        touches the next test's pty, which may reuse this one's path)."""
+        self.process.kill()
+        self.process.wait()
+        if self.supervisor_pid:
+            wait_until(lambda: exited(self.supervisor_pid), 30, "the supervisor exiting")
 
     def alive(self) -> None:
         if self.process.poll() is not None and self.ticks == 0:
@@ -97,8 +115,7 @@ def test_the_supervisor_holds_the_arm_when_the_actor_is_sigkilled(served_arm, tm
         wait_until(left_safe, SUPERVISOR_S + SLACK_S, "the supervisor leaving the arm safe")
         print(f"safe {(time.monotonic() - killed_at) * 1e3:.0f} ms after the SIGKILL")
     finally:
-        actor.process.kill()
-        actor.process.wait()
+        actor.stop()
 
 
 @pytest.mark.timeout(300)
@@ -118,8 +135,7 @@ def test_the_supervisor_fences_an_actor_whose_bus_read_hangs_and_holds_the_arm(s
         wait_until(lambda: held_since(chain, hung_at), SUPERVISOR_S + SLACK_S, "the supervisor's hold")
         print(f"held {time.monotonic() - hung_at:.2f} s after the hang (supervisor_s {SUPERVISOR_S} s)")
     finally:
-        actor.process.kill()
-        actor.process.wait()
+        actor.stop()
 
 
 @pytest.mark.timeout(300)
@@ -132,9 +148,8 @@ def test_an_actor_that_stops_cleanly_dismisses_the_supervisor_which_never_touche
         assert actor.process.wait(timeout=120) == 0
         assert actor.supervisor_pid > 0
         writes = [len(servo.goal_writes) for servo in chain.servos.values()]
-        wait_until(lambda: not pid_alive(actor.supervisor_pid), SLACK_S, "the dismissed supervisor exiting")
+        wait_until(lambda: exited(actor.supervisor_pid), SLACK_S, "the dismissed supervisor exiting")
         assert [len(servo.goal_writes) for servo in chain.servos.values()] == writes
         assert all(s["torque"] for s in chain.snapshot().values())  # the actor's own hold stands
     finally:
-        actor.process.kill()
-        actor.process.wait()
+        actor.stop()
