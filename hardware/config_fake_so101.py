@@ -25,6 +25,9 @@ class FakeServoOptions:
     pose_degrees: float = 0.0
     """Where every joint starts (degrees from the middle of its range; gripper units above 50)."""
     seed: int = 0
+    served: bool = False
+    """The port is a pty serving a chain to several processes (``fake_pty.ServoPty``), not servos
+    of this process; the options above are then the server's."""
 
 
 @RobotConfig.register_subclass("robotrl_fake_so101")

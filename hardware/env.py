@@ -7,7 +7,10 @@ and reads the next observation. The state is the joint positions in action units
 their velocities (finite differences over the measured time between reads). A failed
 read is counted and the last observation stands in, so a noisy bus does not stop the
 loop; too many failures in a row do. The watchdog and the arm guard share the bus lock,
-so a hold from another thread never interleaves with a command.
+so a hold from another thread never interleaves with a command. A non-finite joint reading
+ends the episode with the arm holding its last good goal, and no non-finite command is ever
+sent. :meth:`LerobotRobotEnv.responsive` tells the out-of-process supervisor
+(:mod:`~robotrl.hardware.supervisor`) whether a bus call has hung.
 """
 
 from __future__ import annotations
@@ -16,19 +19,26 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from robotrl.hardware.events import HumanInput
 from robotrl.hardware.safety import ArmGuard, SafetyLayer, SafetyLimits, Watchdog
 
 from robotrl.core.protocols import StepResult
-from robotrl.core.types import EnvSpec, FloatArray, ImageArray, Observation
+from robotrl.core.types import OUTCOME_INFO_KEY, EnvSpec, FloatArray, ImageArray, Observation
+
+if TYPE_CHECKING:
+    from robotrl.hardware.supervisor import SupervisorLink
 
 log = logging.getLogger(__name__)
 
 SuccessDetector = Callable[[Observation], bool]
+
+NON_FINITE_READING = "non-finite joint reading"
+"""The outcome of an episode ended because the arm reported NaN or inf (``info["outcome"]``)."""
 
 
 class ArmStoppedError(RuntimeError):
@@ -102,7 +112,14 @@ class LerobotRobotEnv:
         self.cameras = dict(self._spec.camera_shapes)
         self.bus_lock = threading.RLock()
         self.counts: Counter[str] = Counter()
-        """read_failures, teleop_read_failures, watchdog_holds, interventions (ticks), safe_stops."""
+        """read_failures, teleop_read_failures, watchdog_holds, interventions (ticks), safe_stops,
+        non_finite_readings, non_finite_commands (refused, never sent)."""
+        self._bus_call_since: float | None = None
+        self._fault: str | None = None
+        """Why the episode must end now (a non-finite reading); None while the arm is sane."""
+        self.supervisor: SupervisorLink | None = None
+        """The out-of-process supervisor (``hardware.safety.supervisor_s``), told goodbye once the
+        arm is left safe."""
         self._tick = 0
         self._positions: FloatArray = np.zeros(len(self.action_names), np.float32)
         self._velocity: FloatArray = np.zeros(len(self.action_names), np.float32)
@@ -120,13 +137,37 @@ class LerobotRobotEnv:
 
     # -- the arm ------------------------------------------------------------------------
 
-    def _send(self, command: FloatArray) -> None:
+    @contextmanager
+    def _bus(self) -> Iterator[None]:
+        """The bus, exclusively; records when the outermost call started (see :meth:`responsive`)."""
         with self.bus_lock:
+            outermost = self._bus_call_since is None
+            if outermost:
+                self._bus_call_since = self._clock()
+            try:
+                yield
+            finally:
+                if outermost:
+                    self._bus_call_since = None
+
+    def responsive(self, stall_s: float) -> bool:
+        """False while one bus call has taken longer than ``stall_s`` (a hung read or write)."""
+        since = self._bus_call_since
+        return since is None or self._clock() - since <= stall_s
+
+    def _send(self, command: FloatArray) -> None:
+        """Send ``command``, unless any entry is NaN or inf: then send nothing (the servos keep
+        their last goal, which is a hold) and count it. The last check before the bus."""
+        if not np.all(np.isfinite(command)):
+            self.counts["non_finite_commands"] += 1
+            log.error("non-finite command %s not sent; the arm holds its last goal", command.tolist())
+            return
+        with self._bus():
             self.robot.send_action(dict(zip(self.action_names, command.tolist(), strict=True)))
 
     def hold(self) -> None:
         """Command the arm to stay where it is now (watchdog, stop); safe from any thread."""
-        with self.bus_lock:
+        with self._bus():
             raw = self.robot.get_observation()
             present = np.array([raw[n] for n in self.action_names], np.float32)
             self._send(np.clip(present, self.safety.limits.low, self.safety.limits.high))
@@ -144,10 +185,16 @@ class LerobotRobotEnv:
         self.counts["watchdog_holds"] += 1
 
     def make_safe(self) -> None:
+        """Leave the arm safe, then dismiss the supervisor (if this fails, the supervisor holds it)."""
+        self._leave_safe()
+        if self.supervisor is not None:
+            self.supervisor.goodbye()
+
+    def _leave_safe(self) -> None:
         """Hold position, optionally drop torque, disconnect: the arm's state when robotrl is gone."""
         self.watchdog.stop()
         self.counts["safe_stops"] += 1
-        with self.bus_lock:
+        with self._bus():
             if not self.robot.is_connected:
                 return
             try:
@@ -163,7 +210,7 @@ class LerobotRobotEnv:
     def _observe(self) -> Observation:
         """Read the robot; on a failed read reuse the last observation (counted)."""
         try:
-            with self.bus_lock:
+            with self._bus():
                 raw = self.robot.get_observation()
         except ConnectionError as exc:
             self.counts["read_failures"] += 1
@@ -179,10 +226,29 @@ class LerobotRobotEnv:
         self._failures_in_row = 0
         now = self._clock()
         positions = np.array([raw[n] for n in self.action_names], np.float32)
+        if not np.all(np.isfinite(positions)):
+            return self._non_finite_reading(positions)
         if self._read_time is not None and now > self._read_time:
             self._velocity = ((positions - self._positions) / (now - self._read_time)).astype(np.float32)
         self._positions, self._read_time = positions, now
         self._images = {c: np.asarray(raw[c], np.uint8) for c in self.cameras}
+        return self._observation()
+
+    def fault(self) -> str | None:
+        """Why this episode must end (a non-finite reading), or None."""
+        return self._fault
+
+    def _non_finite_reading(self, positions: FloatArray) -> Observation:
+        """NaN or inf from the arm: keep the last good reading, hold, and end the episode."""
+        bad = {n: v for n, v in zip(self.action_names, positions.tolist(), strict=True) if not np.isfinite(v)}
+        self.counts["non_finite_readings"] += 1
+        if self._fault is None:
+            self._fault = f"{NON_FINITE_READING} {bad}"
+            log.error("%s at tick %d: the arm holds its last goal, the episode ends", self._fault, self._tick)
+            if self.disable_torque_on_stop:
+                with self._bus():
+                    self.robot.bus.disable_torque(num_retry=5)
+        self._velocity[:] = 0.0
         return self._observation()
 
     def _observation(self) -> Observation:
@@ -208,6 +274,7 @@ class LerobotRobotEnv:
             )
         self._episodes += 1
         self._tick = 0
+        self._fault = None
         self._read_time = None
         self._velocity[:] = 0.0
         obs = self._observe()
@@ -226,6 +293,8 @@ class LerobotRobotEnv:
             self._pause.wait(0.05)
 
     def step(self, action: FloatArray) -> StepResult:
+        if self._fault is not None:  # the arm reported NaN at reset: nothing is sent
+            return self._end_on_fault(None)
         events = self.human.poll()
         if events.estop:
             self.safety.estop.press("operator")
@@ -242,9 +311,11 @@ class LerobotRobotEnv:
         self.watchdog.kick()
         self._tick += 1
         obs = self._observe()
+        if self.fault() is not None:  # this tick's reading was NaN or inf
+            return self._end_on_fault(command)
         stopped = self.safety.estop.pressed
         if stopped and self.disable_torque_on_stop:
-            with self.bus_lock:
+            with self._bus():
                 self.robot.bus.disable_torque(num_retry=5)
         success = events.success or (self.success_detector is not None and self.success_detector(obs))
         terminated = success or events.failure
@@ -259,6 +330,20 @@ class LerobotRobotEnv:
             "estops": self.safety.estop.presses,
         }
         return StepResult(obs, self.success_reward if success else 0.0, terminated, truncated, info)
+
+    def _end_on_fault(self, command: FloatArray | None) -> StepResult:
+        """The episode's last step after a non-finite reading; its outcome names the reason."""
+        self.watchdog.pause()  # a hold would re-read the faulty arm; its last goal stands
+        executed = self.safety.last_command if command is None else command
+        info = {
+            "is_success": False,
+            "executed": executed,
+            "intervention": False,
+            "estop": self.safety.estop.pressed,
+            "estops": self.safety.estop.presses,
+            OUTCOME_INFO_KEY: self._fault,
+        }
+        return StepResult(self._observation(), 0.0, False, True, info)
 
     def _teleop_action(self, fallback: FloatArray) -> FloatArray:
         """The human's action; a failed leader read keeps the policy's action (counted)."""

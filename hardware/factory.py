@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 from robotrl.hardware.env import LerobotRobotEnv, SuccessDetector, robot_spec
 from robotrl.hardware.events import KEYS_HELP, EventSource, HumanInput, KeyEvents, TeleopButtonEvents
+from robotrl.hardware.fake_serial import FakeSerial
 from robotrl.hardware.safety import Kinematics, SafetyLayer, SafetyLimits
+from robotrl.hardware.supervisor import SupervisorLink
 
 from robotrl.config.hardware import HardwareConfig
 from robotrl.config.schema import RobotRLConfig
@@ -222,4 +224,24 @@ def make_hardware_env(
     )
     if keys is not None:
         keys.on_estop = env.emergency_stop  # holds at once, not at the next tick
+    if hw.safety.supervisor_s > 0:
+        _supervise(hw, env)
     return env
+
+
+def _supervise(hw: HardwareConfig, env: LerobotRobotEnv) -> None:
+    """Start the out-of-process supervisor, unless no other process could reach the servos."""
+    bus = getattr(env.robot, "bus", None)
+    if bus is None:
+        env.close()
+        raise ValueError(
+            f"hardware.safety.supervisor_s: {hw.robot_type} has no single motor bus to hold; set it to 0"
+        )
+    if isinstance(getattr(bus.port_handler, "ser", None), FakeSerial):
+        log.warning("in-process fake servos: no other process can hold them, so no arm supervisor")
+        return
+    try:
+        env.supervisor = SupervisorLink(hw, env.responsive)
+    except BaseException:
+        env.close()
+        raise

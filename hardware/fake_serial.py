@@ -58,6 +58,8 @@ class FakeServo:
     last_update: float = field(default_factory=time.monotonic)
     goal_writes: list[int] = field(default_factory=list)
     """Every Goal_Position value written, in order (what reached the motor)."""
+    goal_write_times: list[float] = field(default_factory=list)
+    """When each of ``goal_writes`` arrived (``time.monotonic``)."""
 
     def __post_init__(self) -> None:
         self._put(ADDR_MODEL, 2, MODEL_NUMBER_STS3215)
@@ -114,6 +116,7 @@ class FakeServo:
         self.memory[addr : addr + len(data)] = data
         if addr == ADDR_GOAL and len(data) >= 2:
             self.goal_writes.append(self.goal)
+            self.goal_write_times.append(now)
 
 
 class FakeServoChain:
@@ -251,26 +254,34 @@ def attach_fake_servos(bus: Any, chain: FakeServoChain) -> None:
     handler.setupPort = types.MethodType(setup_port, handler)
 
 
+def fake_calibration(names: list[str], ids: list[int]) -> dict[str, Any]:
+    """The lerobot calibration (``MotorCalibration`` per joint) that :func:`calibrated_chain`'s
+    servos store; a process that opens a served chain (:mod:`~robotrl.hardware.fake_pty`) uses it."""
+    from lerobot.motors import MotorCalibration
+
+    calibration = {}
+    for name, sid in zip(names, ids, strict=True):
+        lo, hi = (0, RESOLUTION - 1) if name == "wrist_roll" else (1024, 3072)
+        calibration[name] = MotorCalibration(
+            id=sid, drive_mode=0, homing_offset=0, range_min=lo, range_max=hi
+        )
+    return calibration
+
+
 def calibrated_chain(
     names: list[str], ids: list[int], **kwargs: Any
 ) -> tuple[FakeServoChain, dict[str, Any]]:
     """A chain whose servos already hold a calibration, and that calibration for lerobot.
 
-    The returned calibration (lerobot ``MotorCalibration`` per joint) matches what the
-    servos store, so lerobot's ``connect`` finds the arm calibrated and asks nothing.
+    The returned calibration matches what the servos store, so lerobot's ``connect`` finds
+    the arm calibrated and asks nothing.
     """
-    from lerobot.motors import MotorCalibration
-
     chain = FakeServoChain(ids, **kwargs)
-    calibration = {}
-    for name, sid in zip(names, ids, strict=True):
+    calibration = fake_calibration(names, ids)
+    for sid, cal in zip(ids, calibration.values(), strict=True):
         servo = chain.servos[sid]
-        lo, hi = (0, RESOLUTION - 1) if name == "wrist_roll" else (1024, 3072)
-        servo._put(ADDR_MIN_LIMIT, 2, lo)
-        servo._put(ADDR_MAX_LIMIT, 2, hi)
-        servo._put(ADDR_GOAL, 2, (lo + hi) // 2)
-        servo.actual = float((lo + hi) // 2)
-        calibration[name] = MotorCalibration(
-            id=sid, drive_mode=0, homing_offset=0, range_min=lo, range_max=hi
-        )
+        servo._put(ADDR_MIN_LIMIT, 2, cal.range_min)
+        servo._put(ADDR_MAX_LIMIT, 2, cal.range_max)
+        servo._put(ADDR_GOAL, 2, (cal.range_min + cal.range_max) // 2)
+        servo.actual = float((cal.range_min + cal.range_max) // 2)
     return chain, calibration

@@ -1,4 +1,9 @@
-"""lerobot's SO-101 follower and leader on :mod:`~robotrl.hardware.fake_serial` servos."""
+"""lerobot's SO-101 follower and leader on :mod:`~robotrl.hardware.fake_serial` servos.
+
+Each device has its own servos in its process; with ``served: true`` its port is instead the
+path of a :class:`~robotrl.hardware.fake_pty.ServoPty`, a chain served to several processes (the
+actor and the arm supervisor) through lerobot's real serial port handler.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,22 @@ from typing import Any
 from lerobot.robots.so_follower import SOFollower
 from lerobot.teleoperators.so_leader import SOLeader
 from robotrl.hardware.config_fake_so101 import FakeServoOptions, FakeSO101Config, FakeSO101LeaderConfig
-from robotrl.hardware.fake_serial import RESOLUTION, FakeServoChain, attach_fake_servos, calibrated_chain
+from robotrl.hardware.fake_serial import (
+    RESOLUTION,
+    FakeServoChain,
+    attach_fake_servos,
+    calibrated_chain,
+    fake_calibration,
+)
 
 
-def _fake_bus(device: Any, options: FakeServoOptions) -> FakeServoChain:
+def _fake_bus(device: Any, options: FakeServoOptions) -> FakeServoChain | None:
+    """In-process servos; with ``served``, just the calibration of the chain served on the port."""
     names = list(device.bus.motors)
     ids = [m.id for m in device.bus.motors.values()]
+    if options.served:
+        device.calibration = device.bus.calibration = fake_calibration(names, ids)
+        return None
     lo, hi = options.latency_ms
     chain, calibration = calibrated_chain(
         names, ids, latency_s=(lo / 1e3, hi / 1e3), corrupt_prob=options.corrupt_prob, seed=options.seed

@@ -104,7 +104,15 @@ class SafetyLayer:
 
     def reset(self, present: FloatArray) -> None:
         """Start from where the arm is (the first tick's step is measured from here)."""
-        self._last = np.asarray(present, np.float32).copy()
+        present = np.asarray(present, np.float32)
+        if not np.all(np.isfinite(present)):
+            raise ValueError(f"safety: cannot start from a non-finite arm position {present.tolist()}")
+        self._last = present.copy()
+
+    @property
+    def last_command(self) -> FloatArray | None:
+        """The last command returned (or the reset position): finite once reset."""
+        return None if self._last is None else self._last.copy()
 
     def _count(self, rule: str, detail: str) -> None:
         self.counts[rule] += 1
@@ -147,6 +155,9 @@ class SafetyLayer:
             if np.any(xyz < lim.workspace_low) or np.any(xyz > lim.workspace_high):
                 self._count("workspace", f"gripper at {xyz} outside the box")
                 cmd = last  # the last command was inside; stay there
+        if not np.all(np.isfinite(cmd)):  # a NaN position or velocity got through the rules above
+            self._count("non_finite", f"command {cmd} from position {present}")
+            cmd = last
         return self._sent(cmd)
 
     def _sent(self, cmd: FloatArray) -> FloatArray:

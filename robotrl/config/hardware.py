@@ -31,6 +31,9 @@ class SafetyConfig:
     """Upper corner of the gripper's box."""
     watchdog_s: float = field(default=0.25, metadata=bounds(gt=0))
     """Hold the arm when no command was sent for this long (a stuck or crashed control loop)."""
+    supervisor_s: float = field(default=1.0, metadata=bounds(ge=0, note="0: off"))
+    """A separate process holds the arm within this long of the actor dying (SIGKILL, OOM) or
+    hanging in a bus call; the STS3215 servos have no timeout of their own. 0 turns it off."""
     disable_torque_on_stop: bool = False
     """On an emergency stop or an actor exit, also switch torque off (the arm goes limp: support it)."""
     max_read_failures: int = field(default=10, metadata=bounds(gt=0))

@@ -7,6 +7,7 @@ port is lerobot's and robotrl's real code.
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -15,9 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hardware_fakes import KeyPipe, fake_env, fake_leader, hardware_config
-from robotrl.hardware.env import ArmStoppedError
+from hardware_fakes import KeyPipe, build_limits, fake_env, fake_follower, fake_leader, hardware_config
+from robotrl.hardware.env import NON_FINITE_READING, ArmStoppedError, LerobotRobotEnv
 from robotrl.hardware.fake_serial import RESOLUTION
+from robotrl.hardware.safety import SafetyLayer
 from robotrl.sim import so101
 from waiting import wait_until
 
@@ -78,6 +80,84 @@ def test_watchdog_holds_the_arm_when_commands_stop(tmp_path, close_after):
     assert abs(snap["goal"] - snap["present"]) <= 60  # the goal is where the arm was, not 80 degrees
     assert degrees(snap["goal"]) < 70
     assert env.watchdog.expiries == 1
+
+
+def report_nan_on_reads(robot, reads: set[int]) -> None:
+    """The robot reports NaN for shoulder_pan on these reads (0-based), as a faulty sensor or a
+    driver that lost calibration would; everything else is the real bus."""
+    read_observation, numbered = robot.get_observation, itertools.count()
+
+    def observe():
+        raw = read_observation()
+        if next(numbered) in reads:
+            raw["shoulder_pan.pos"] = float("nan")
+        return raw
+
+    robot.get_observation = observe
+
+
+def goal_writes(chain) -> list[int]:
+    return [len(servo.goal_writes) for servo in chain.servos.values()]
+
+
+def test_a_nan_reading_at_reset_sends_nothing_holds_and_ends_the_episode(tmp_path, close_after):
+    env, chain = fake_env(tmp_path)
+    close_after(env)
+    report_nan_on_reads(env.robot, {0})
+    held = chain.snapshot()
+    before = goal_writes(chain)
+    obs = env.reset()
+    assert np.all(np.isfinite(obs.state))
+    result = env.step(np.full(6, 10.0, np.float32))
+    assert result.truncated and not result.terminated
+    assert result.info["outcome"].startswith(NON_FINITE_READING) and "shoulder_pan" in result.info["outcome"]
+    assert np.all(np.isfinite(result.info["executed"])) and np.all(np.isfinite(result.observation.state))
+    assert goal_writes(chain) == before  # nothing reached the bus: every servo keeps its last goal
+    assert {s: v["goal"] for s, v in chain.snapshot().items()} == {s: v["goal"] for s, v in held.items()}
+    assert env.counts["non_finite_readings"] == 1
+    env.reset()  # the next episode starts from a good reading and drives the arm again
+    assert not env.step(np.full(6, 1.0, np.float32)).truncated
+    assert goal_writes(chain) == [n + 1 for n in before]
+
+
+def test_a_nan_reading_mid_episode_ends_it_and_no_non_finite_command_is_sent(tmp_path, close_after):
+    env, chain = fake_env(tmp_path)
+    close_after(env)
+    report_nan_on_reads(env.robot, {3, 4})  # reset, two steps, then NaN, and NaN again on a hold
+    env.reset()
+    results = [env.step(np.full(6, 5.0, np.float32)) for _ in range(3)]
+    assert [r.truncated for r in results] == [False, False, True]
+    assert results[-1].info["outcome"].startswith(NON_FINITE_READING)
+    assert goal_writes(chain) == [3] * 6
+    env.hold()  # a watchdog's or stop's hold re-reads the arm: a NaN there is refused too
+    assert env.counts["non_finite_commands"] == 1 and goal_writes(chain) == [3] * 6
+
+
+def test_a_bus_call_past_the_stall_time_makes_the_env_unresponsive(tmp_path):
+    """What the heartbeat to the arm supervisor rests on, on an injected clock: the arm counts as
+    hung while one bus call has run longer than the stall time, and only then."""
+    robot, _ = fake_follower(tmp_path)
+    robot.connect()
+    now = [0.0]
+    limits = build_limits(hardware_config().hardware, tuple(robot.action_features))
+    safety = SafetyLayer(limits)
+    env = LerobotRobotEnv(robot, safety, control_hz=30, max_episode_ticks=10, clock=lambda: now[0])
+    seen: list[tuple[bool, bool]] = []
+    read_observation = robot.get_observation
+
+    def slow_read():
+        now[0] += 0.3  # this read takes 0.3 s
+        seen.append((env.responsive(0.25), env.responsive(0.5)))
+        return read_observation()
+
+    robot.get_observation = slow_read
+    try:
+        assert env.responsive(0.0)
+        env.reset()
+        assert seen == [(False, True)]
+        assert env.responsive(0.0)  # no bus call in flight
+    finally:
+        env.close()
 
 
 def test_emergency_stop_holds_within_one_tick_and_stays_latched(tmp_path, close_after):
