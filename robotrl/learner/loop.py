@@ -26,6 +26,7 @@ import numpy as np
 
 from robotrl.config.learner import LearnerConfig
 from robotrl.core.batch import TransitionBatch
+from robotrl.core.log_limit import EveryFewSeconds
 from robotrl.core.protocols import Algorithm, BatchReceiver, Sender
 from robotrl.core.types import WeightUpdate
 from robotrl.learner.anchor import AnchorBuffer, AnchorFeeder
@@ -34,6 +35,7 @@ from robotrl.learner.journal import LEDGER_FILE, Journal, load_ledger
 from robotrl.learner.metrics import MetricsLog
 from robotrl.learner.prefetch import Prefetcher
 from robotrl.learner.replay import ChunkReplay, ReplayError
+from robotrl.transport.spool import SpoolFullError
 from robotrl.learner.samples import VERSION_KEY, Batch, concat
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,8 @@ class Learner:
         """Held while a batch is received, journaled and stored, and while a checkpoint is written,
         so a checkpoint's buffers and transport ledger name the same batches."""
         self.refused_batches = 0
+        self.journal_refusals = EveryFewSeconds(log, logging.ERROR, clock=clock)
+        """Batches the journal refused, handed back unacknowledged (the actor resends them)."""
         self.publish_refused = 0
         self.throttled = threading.Event()
         """Set while updates wait for the rate limit (samples per insert)."""
@@ -109,19 +113,34 @@ class Learner:
     def _ingest_forever(self) -> None:
         while not self._stop.is_set():
             with self._ingest_lock:
+                refused = self.journal_refusals.total
                 self.ingest_next(0.05)
+            if self.journal_refusals.total > refused:
+                self._stop.wait(0.05)  # the journal is full: give a checkpoint the lock to empty it
 
     def ingest_next(self, timeout_s: float) -> bool:
-        """Receive, journal and store one batch; False when none came within ``timeout_s``.
+        """Receive, journal and store one batch; False when none came within ``timeout_s``
+        or the journal refused it.
 
         With a journal, the batch is on disk before the link acknowledges it (the
         receiver acknowledges a batch at the next receive), so an acknowledged batch
-        survives a learner crash."""
+        survives a learner crash. A batch the journal refuses is handed back to the link
+        unacknowledged and not stored: the actor keeps it and sends it again."""
         item = self.transitions.recv_item(timeout_s)
         if item is None:
             return False
         if self.journal is not None:
-            self.journal.append(item)
+            try:
+                self.journal.append(item)
+            except (SpoolFullError, OSError) as exc:
+                self.transitions.hand_back()
+                self.journal_refusals.event(
+                    "journal refused batch %s/%d (%s): not acknowledged, the actor will resend it",
+                    item.actor_id,
+                    item.seq,
+                    exc,
+                )
+                return False
         self.ingest(item.batch)
         return True
 
@@ -306,6 +325,7 @@ class Learner:
             "lag_max": self._lag_max,
             "samples_per_insert": self._sampled / max(self._inserted, 1),
             "refused_batches": self.refused_batches,
+            "journal_refused": self.journal_refusals.total,
             "segments": self.feeder.segments_added,
             "successes_kept": self.feeder.successes_kept,
             **{k: float(v) for k, v in result.items()},

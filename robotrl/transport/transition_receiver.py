@@ -119,6 +119,14 @@ class TransitionReceiver:
             self._to_ack.append(self._held)
             self._held = None
 
+    def hand_back(self) -> None:
+        """Return the batch handed out last unacknowledged (the learner could not journal it):
+        forgotten by the ledger, so the actor, which keeps every unacknowledged batch, resends
+        it and the resend is taken."""
+        if self._held is not None:
+            held, self._held = self._held, None
+            self.ledger.forget(held.actor_id, held.stream, held.seq)
+
     def stats(self) -> dict[str, int]:
         return self._counts.snapshot()
 
