@@ -7,10 +7,10 @@ lose every batch it acknowledged since the first. The learner therefore writes e
 batch here (the codec's frames, no pickle; one file per batch, written, fsynced, renamed)
 *before* the next receive acknowledges it; a batch the journal refuses (over its budget,
 disk full, any OSError) is handed back to the link unacknowledged, so the actor keeps it
-and sends it again (by then a checkpoint may have emptied the journal). It empties the journal when a checkpoint
-with the buffers and the transport ledger is complete. After a restart the journal
-is read back into the buffers and its batches into the ledger before the link opens,
-so what an actor resends is recognised as already taken.
+and sends it again (by then a checkpoint may have emptied the journal). It empties the
+journal when a checkpoint with the buffers and the transport ledger is complete. After
+a restart the journal is read back into the buffers and its batches into the ledger
+before the link opens, so what an actor resends is recognised as already taken.
 
 With ``learner.fsync`` (the default) a journal file and its folder are fsynced, so it
 survives a power cut too; without, only a killed process.

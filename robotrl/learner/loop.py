@@ -35,8 +35,8 @@ from robotrl.learner.journal import LEDGER_FILE, Journal, load_ledger
 from robotrl.learner.metrics import MetricsLog
 from robotrl.learner.prefetch import Prefetcher
 from robotrl.learner.replay import ChunkReplay, ReplayError
-from robotrl.transport.spool import SpoolFullError
 from robotrl.learner.samples import VERSION_KEY, Batch, concat
+from robotrl.transport.spool import SpoolFullError
 
 log = logging.getLogger(__name__)
 

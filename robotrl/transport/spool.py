@@ -5,8 +5,8 @@ One file per message, holding exactly the codec's frames (no pickle): the magic
 frames. Files are written to a temporary name, fsynced, renamed and their folder
 fsynced (unless the :class:`~robotrl.core.fsync.Fsync` given is relaxed), so a crash or
 a power cut leaves either a whole file or none; a temporary file a crash or a failed
-write left behind is deleted at start and after the failure. Reading a file back re-validates it with the codec,
-so a damaged file is refused (and deleted) rather than sent.
+write left behind is deleted at start and after the failure. Reading a file back
+re-validates it with the codec, so a damaged file is refused (and deleted) rather than sent.
 """
 
 from __future__ import annotations

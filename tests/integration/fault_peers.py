@@ -3,7 +3,8 @@
 - ``learner RUN_DIR T_ENDPOINT W_ENDPOINT``: the real learner composition
   (:func:`robotrl.learner.main.build_learner`, the real ZeroMQ links of
   ``_open_links``; buffers in checkpoints and the write-ahead journal as the default
-  learner config has them) with a small MLP policy, so a test can SIGKILL it and start it again on the same run folder.
+  learner config has them) with a small MLP policy, so a test can SIGKILL it and start it
+  again on the same run folder.
   SIGTERM stops it cleanly (a final checkpoint).
 - ``actor T_ENDPOINT ACTOR_ID FIRST N PERIOD_S SPOOL_DIR``: send episodes FIRST ..
   FIRST+N-1 (10 ticks each, one batch per episode) with the write-ahead spool, wait

@@ -57,7 +57,9 @@ def saved_rows(checkpoint: Path | None) -> Counter[tuple[int, int]]:
 def test_a_batch_the_journal_refuses_is_not_acknowledged_and_its_resend_is_taken(tmp_path, caplog):
     cfg = small_learner_config(
         str(tmp_path / "run"),
-        RapiConfig(critic_hidden=16, critic_updates_per_group=1, critic_warmup_updates=0, critic_images=False),
+        RapiConfig(
+            critic_hidden=16, critic_updates_per_group=1, critic_warmup_updates=0, critic_images=False
+        ),
     )
     assert cfg.learner.save_buffers  # the default config journals
     rx = TransitionReceiver(f"ipc://{tmp_path}/t.sock", **LINK)

@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from robotrl.core.batch import TransitionBatch
 from robotrl.core.fsync import Fsync
 from robotrl.core.log_limit import EveryFewSeconds
+from robotrl.core.types import Observation, Transition
 from robotrl.learner.checkpoint import Checkpointer, Counters
 from robotrl.learner.journal import Journal
 from robotrl.transport.ledger import RangeSet, SeqLedger
 from robotrl.transport.spool import Spool
-from robotrl.core.batch import TransitionBatch
-from robotrl.core.types import Observation, Transition
 from robotrl.transport.transition_receiver import Received
 
 
