@@ -48,6 +48,10 @@ class Journal:
     def directory(self) -> Path:
         return self._spool.directory
 
+    @property
+    def fsync(self) -> Fsync:
+        return self._spool.fsync
+
     def append(self, item: StreamBatch) -> None:
         """Write ``item``; raises :class:`SpoolFullError` (over budget) or OSError (the disk)."""
         plain = transition_batch_to_message(item.batch, item.seq)

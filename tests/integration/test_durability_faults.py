@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zmq
 from learner_doubles import MLPChunkPolicy, episode_batch, small_learner_config, toy_spec
 from transport_peers import HEARTBEAT_S, TIMEOUT_S
 from waiting import wait_until
@@ -21,9 +22,12 @@ from waiting import wait_until
 from robotrl.config.learner import RapiConfig
 from robotrl.learner.journal import Journal
 from robotrl.learner.main import build_learner
-from robotrl.transport.inproc import QueueLink
+from robotrl.transport import protocol as p
+from robotrl.transport.inproc import QueueLink, TransitionQueue
 from robotrl.transport.transition_receiver import Received, TransitionReceiver
 from robotrl.transport.transitions import TransitionSender
+from robotrl.wire.codec import Message, decode, encode
+from robotrl.wire.messages import transition_batch_to_message
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -110,3 +114,56 @@ def test_a_batch_the_journal_refuses_is_not_acknowledged_and_its_resend_is_taken
     refusals = [r.getMessage() for r in caplog.records if "journal refused batch" in r.getMessage()]
     assert 1 <= len(refusals) < learner.journal_refusals.total  # said why, sparingly
     assert "not acknowledged, the actor will resend it" in refusals[0]
+
+
+def test_a_resend_of_the_batch_being_journaled_is_not_acknowledged_before_the_journal_has_it(tmp_path):
+    """A reconnect makes the actor resend every unacknowledged batch, the one the learner is
+    journaling too: the receiver must not answer that copy with an ack (the journal may yet refuse)."""
+    rx = TransitionReceiver(f"ipc://{tmp_path}/t.sock", **LINK)
+    ctx = zmq.Context()
+    actor = ctx.socket(zmq.DEALER)
+    actor.setsockopt(zmq.LINGER, 0)
+    actor.connect(rx.endpoint)
+    plain = transition_batch_to_message(episode_batch("actor-0", 0, range(TICKS)), 0)
+    frames = encode(Message(plain.kind, "actor-0", 0, plain.arrays, {**plain.meta, "stream": "s1"}))
+    try:
+        actor.send_multipart(frames)
+        held = rx.recv_item(20.0)
+        assert held is not None and held.seq == 0  # handed out, not yet journaled
+        actor.send_multipart(frames)  # the resend
+        wait_until(lambda: rx.stats()["duplicates"] >= 1, 20, "the resend to arrive")
+        actor.send_multipart(encode(p.control(p.PING, "actor-0", stream="s1", next=1)))
+        kinds: list[str] = []
+        while not kinds or kinds[-1] != p.PONG:  # whatever the receiver sent comes before the pong
+            assert actor.poll(20_000), f"no pong; got {kinds}"
+            kinds.append(decode(actor.recv_multipart()).kind)
+        assert p.ACK not in kinds
+        rx.hand_back()  # the journal refused it: the next resend is taken
+        actor.send_multipart(frames)
+        again = rx.recv_item(20.0)
+        assert again is not None and again.seq == 0
+    finally:
+        actor.close()
+        ctx.term()
+        rx.close()
+    assert rx.ledger.audit().received == 1
+
+
+def test_fsync_settings_reach_the_journal_and_checkpoints(tmp_path):
+    """Observed through the count of syncs each writer made: on by default, off when relaxed."""
+    calls = {}
+    for fsync in (True, False):
+        cfg = small_learner_config(
+            str(tmp_path / f"run-{fsync}"), RapiConfig(critic_hidden=16, critic_images=False), fsync=fsync
+        )
+        learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3, hidden=16), SPEC, TransitionQueue(), QueueLink())
+        try:
+            learner.transitions.send(batches()[0])  # type: ignore[attr-defined]
+            assert learner.ingest_next(5.0)
+            learner.save()
+        finally:
+            learner.online.close()
+            learner.anchor.close()
+        assert learner.journal is not None and learner.checkpointer is not None
+        calls[fsync] = (learner.journal.fsync.calls, learner.checkpointer.fsync.calls)
+    assert calls[True][0] >= 2 and calls[True][1] > 5 and calls[False] == (0, 0)
