@@ -134,12 +134,16 @@ class LearnerConfig:
     """Stop after this many update groups in this run; 0 runs until stopped."""
     log_every_groups: int = field(default=10, metadata=bounds(gt=0))
     """Console and JSON-lines metrics every this many update groups."""
-    save_buffers: bool = False
-    """Also checkpoint the online buffer, intervention segments and fastest successes (large).
-    Also turns on the write-ahead journal (<run_dir>/journal) of batches received since the last
-    checkpoint, so a killed learner loses nothing it acknowledged."""
+    save_buffers: bool = True
+    """Checkpoint the online buffer, intervention segments and fastest successes, and journal
+    every batch received since the last checkpoint (<run_dir>/journal) before acknowledging it,
+    so a killed learner loses nothing it acknowledged. false: smaller, faster checkpoints, but a
+    restarted learner starts from empty buffers and acknowledged batches die with the process."""
     journal_max_mb: int = field(default=4096, metadata=bounds(gt=0))
-    """Disk budget of the journal; batches beyond it are kept in memory only (logged and counted)."""
+    """Disk budget of the journal; a batch beyond it is not acknowledged (the actor resends it)."""
+    fsync: bool = True
+    """fsync journal files, checkpoints and their folders, so they survive a power cut, not just
+    a killed learner; false trades that for the disk's sync latency per batch and checkpoint."""
     resume: bool = True
     """Resume from the latest checkpoint in run_dir when there is one."""
     rerun: bool = False

@@ -32,6 +32,9 @@ class TransportConfig:
     write_ahead: bool = True
     """Every batch goes to the spool before it is sent (deleted when acknowledged), so an actor
     killed and restarted with the same id resends what the learner had not acknowledged."""
+    fsync: bool = True
+    """fsync every spool file and its folder, so a spooled batch survives a power cut, not just a
+    killed process; false trades that for the disk's sync latency on every batch."""
     weights_subset: str = field(default="trainable", metadata=bounds(choices=("trainable", "full")))
     """'trainable' (only the trained tensors) or 'full'."""
     send_window: int = field(default=16, metadata=bounds(gt=0))

@@ -248,6 +248,11 @@ class BatchReceiver(Protocol):
         """The next new batch and its place, or None when none arrived within ``timeout_s``."""
         ...
 
+    def hand_back(self) -> None:
+        """Do not acknowledge the batch handed out last (the learner could not journal it):
+        it comes again later."""
+        ...
+
     def close(self) -> None: ...
 
 

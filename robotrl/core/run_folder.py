@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, ClassVar, Self, TypedDict, cast
 
+from robotrl.core.fsync import NO_FSYNC
+
 # -- a run folder ----------------------------------------------------------------------------
 
 EVAL_SUMMARY = "eval_summary.json"
@@ -124,10 +126,10 @@ def write_json(path: Path, document: Any, indent: int | None = None) -> Path:
 
 
 def replace_json(path: Path, document: Any, indent: int | None = None) -> None:
-    """Write ``document`` beside ``path`` and rename it over: readers never see half a file."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(document, indent=indent))
-    tmp.replace(path)
+    """Write ``document`` beside ``path`` and rename it over: readers never see half a file, and a
+    failed write leaves no temporary file. Not fsynced (checkpoints are, by their own writer):
+    progress and status are rewritten constantly, and a power cut costs only their next rewrite."""
+    NO_FSYNC.write_bytes(path, json.dumps(document, indent=indent).encode())
 
 
 def read_json_lines(path: Path) -> list[dict[str, Any]]:

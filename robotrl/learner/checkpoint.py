@@ -4,9 +4,10 @@ A checkpoint is a folder ``<run_dir>/checkpoints/group-<N>/`` holding ``state.pt
 (tensors and plain values only, read back with ``torch.load(weights_only=True)``),
 ``counters.json`` (group, policy version, transitions ingested, format version) and
 ``policy.safetensors`` (the published policy tensors, for tools that only want the
-policy) and, when enabled, ``buffers/`` (the replay as .npy files and JSON). It is
-written to a temporary folder and renamed, and ``latest`` names the
-newest complete one, so a crash mid-write never leaves a half checkpoint as latest.
+policy) and, by default, ``buffers/`` (the replay as .npy files and JSON). It is
+written to a temporary folder, fsynced, renamed, and ``latest`` names the newest complete
+one, so neither a crash nor a power cut mid-write leaves a half checkpoint as latest; a
+temporary folder a failed write or a crash left is deleted (after the failure, at start).
 
 A state holding NaN or infinity is never written (:class:`NonFiniteStateError`). The two
 newest checkpoints are kept, and ``last_good`` names the newest one whose state was checked
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -31,6 +31,7 @@ import numpy.typing as npt
 import torch
 from safetensors.numpy import save_file
 
+from robotrl.core.fsync import Fsync
 from robotrl.core.run_folder import (
     CHECKPOINT_COUNTERS,
     CHECKPOINT_LATEST,
@@ -53,6 +54,8 @@ LAST_GOOD = "last_good"
 class NonFiniteStateError(ValueError):
     """A checkpoint was asked to hold NaN or infinity; nothing was written."""
 
+TMP_PREFIX = ".tmp-"
+
 
 @dataclass
 class Counters:
@@ -64,9 +67,13 @@ class Counters:
 
 
 class Checkpointer:
-    def __init__(self, run_dir: str | Path) -> None:
+    """Writes and finds checkpoints under ``<run_dir>/checkpoints``; ``fsync`` makes each one
+    reach the disk before ``latest`` names it."""
+
+    def __init__(self, run_dir: str | Path, fsync: Fsync | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.root = self.run_dir / CHECKPOINTS
+        self.fsync = fsync if fsync is not None else Fsync()
 
     def save(
         self,
@@ -78,7 +85,8 @@ class Checkpointer:
     ) -> Path:
         """Write one checkpoint; ``save_buffers`` (optional) writes the replay into its ``buffers/``,
         ``extra_json`` maps file names to JSON documents written beside (the transport ledger).
-        Raises :class:`NonFiniteStateError`, writing nothing, when a tensor is not finite."""
+        A write that fails leaves no temporary folder behind. Raises :class:`NonFiniteStateError`,
+        writing nothing, when a tensor is not finite."""
         bad = nonfinite_tensors(state) or nonfinite_tensors(policy_weights, "policy")
         if bad:
             raise NonFiniteStateError(
@@ -88,24 +96,16 @@ class Checkpointer:
         # A resumed learner may save at the group count it resumed from: a fresh name each time,
         # so the checkpoint ``latest`` names is never deleted before its successor is in place.
         final = self.root / f"group-{counters.groups:08d}-{time.time_ns():x}"
-        tmp = self.root / f".tmp-{final.name}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        torch.save(dict(state), tmp / CHECKPOINT_STATE)
-        save_file(
-            {k: np.ascontiguousarray(v) for k, v in policy_weights.items()}, str(tmp / CHECKPOINT_POLICY)
-        )
-        meta = {"format_version": FORMAT_VERSION, **asdict(counters)}
-        if save_buffers is not None:
-            save_buffers(tmp / BUFFERS)
-        for name, document in (extra_json or {}).items():
-            (tmp / name).write_text(json.dumps(document))
-        (tmp / CHECKPOINT_COUNTERS).write_text(json.dumps(meta, indent=1))
-        tmp.rename(final)
-        pointer = self.root / ".latest.tmp"
+        tmp = self.root / f"{TMP_PREFIX}{final.name}"
+        try:
+            self._write(tmp, state, counters, policy_weights, save_buffers, extra_json)
+            tmp.rename(final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self.fsync.folder(self.root)
         for name in (LAST_GOOD, CHECKPOINT_LATEST):  # latest last: what follows it stays as before
-            pointer.write_text(final.name)
-            os.replace(pointer, self.root / name)
+            self.fsync.write_bytes(self.root / name, final.name.encode())
         for old in sorted(self.root.glob("group-*"))[:-KEEP]:
             if old.name != final.name:
                 shutil.rmtree(old, ignore_errors=True)
@@ -140,6 +140,36 @@ class Checkpointer:
                 return path
             log.error("checkpoint %s holds non-finite %s: skipped", path, ", ".join(bad[:5]))
         return None
+
+    def _write(
+        self,
+        folder: Path,
+        state: Mapping[str, Any],
+        counters: Counters,
+        policy_weights: Mapping[str, npt.NDArray[np.generic]],
+        save_buffers: Callable[[Path], None] | None,
+        extra_json: Mapping[str, Any] | None,
+    ) -> None:
+        folder.mkdir()
+        torch.save(dict(state), folder / CHECKPOINT_STATE)
+        save_file(
+            {k: np.ascontiguousarray(v) for k, v in policy_weights.items()}, str(folder / CHECKPOINT_POLICY)
+        )
+        if save_buffers is not None:
+            save_buffers(folder / BUFFERS)
+        for name, document in (extra_json or {}).items():
+            (folder / name).write_text(json.dumps(document))
+        meta = {"format_version": FORMAT_VERSION, **asdict(counters)}
+        (folder / CHECKPOINT_COUNTERS).write_text(json.dumps(meta, indent=1))
+        self.fsync.tree(folder)
+
+    def remove_leftovers(self) -> None:
+        """Delete temporary folders and pointers a crashed writer left behind (call it from the
+        learner that writes here, at start: a reader must not delete a live writer's work)."""
+        for leftover in self.root.glob(f"{TMP_PREFIX}*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        for pointer in self.root.glob(".*.tmp"):
+            pointer.unlink(missing_ok=True)
 
     def latest(self) -> Path | None:
         return latest_checkpoint(self.run_dir)

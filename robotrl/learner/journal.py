@@ -4,14 +4,16 @@ The transition link acknowledges a batch once the learner has taken it, and an
 acknowledged batch is gone from the actor. The replay buffer lives in memory between
 checkpoints, so without this journal a learner killed between two checkpoints would
 lose every batch it acknowledged since the first. The learner therefore writes each
-batch here (the codec's frames, no pickle; one file per batch, written then renamed)
-*before* the next receive acknowledges it, and empties the journal when a checkpoint
-with the buffers and the transport ledger is complete. After a restart the journal
-is read back into the buffers and its batches into the ledger before the link opens,
-so what an actor resends is recognised as already taken.
+batch here (the codec's frames, no pickle; one file per batch, written, fsynced, renamed)
+*before* the next receive acknowledges it; a batch the journal refuses (over its budget,
+disk full, any OSError) is handed back to the link unacknowledged, so the actor keeps it
+and sends it again (by then a checkpoint may have emptied the journal). It empties the
+journal when a checkpoint with the buffers and the transport ledger is complete. After
+a restart the journal is read back into the buffers and its batches into the ledger
+before the link opens, so what an actor resends is recognised as already taken.
 
-A journal file survives a killed process (it is in the page cache), not a power cut:
-it is not fsynced, to keep ingest off the disk's latency.
+With ``learner.fsync`` (the default) a journal file and its folder are fsynced, so it
+survives a power cut too; without, only a killed process.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
+from robotrl.core.fsync import Fsync
 from robotrl.core.protocols import StreamBatch
 from robotrl.transport.ledger import SeqLedger
-from robotrl.transport.spool import Spool, SpoolFullError
+from robotrl.transport.spool import Spool
 from robotrl.transport.transition_receiver import Received
 from robotrl.wire.codec import Message, WireError, encode
 from robotrl.wire.messages import message_to_transition_batch, transition_batch_to_message
@@ -36,39 +39,27 @@ LEDGER_FILE = "ledger.json"
 class Journal:
     """Batches taken since the last checkpoint, oldest first, at most ``max_bytes``."""
 
-    def __init__(self, directory: str | Path, max_bytes: int) -> None:
-        self._spool = Spool(directory, max_bytes)
+    def __init__(self, directory: str | Path, max_bytes: int, fsync: Fsync | None = None) -> None:
+        self._spool = Spool(directory, max_bytes, fsync)
         files = self._spool.files()
         self._next = int(files[-1].name.split(".")[0]) + 1 if files else 0
-        self.failed = 0
-        """Batches that could not be journaled (disk full or over budget): kept in memory only."""
 
     @property
     def directory(self) -> Path:
         return self._spool.directory
 
-    def append(self, item: StreamBatch) -> bool:
-        """Write ``item``; False (logged, counted) when the disk or the budget refuses it."""
+    @property
+    def fsync(self) -> Fsync:
+        return self._spool.fsync
+
+    def append(self, item: StreamBatch) -> None:
+        """Write ``item``; raises :class:`SpoolFullError` (over budget) or OSError (the disk)."""
         plain = transition_batch_to_message(item.batch, item.seq)
         message = Message(
             plain.kind, item.actor_id, item.seq, plain.arrays, {**plain.meta, "stream": item.stream}
         )
-        try:
-            self._spool.write(f"{self._next:012d}", encode(message))
-        except (SpoolFullError, OSError) as exc:
-            self.failed += 1
-            if self.failed <= 5 or self.failed % 100 == 0:
-                log.error(
-                    "journal: batch %s/%d not journaled (%s, #%d); a learner crash before the next "
-                    "checkpoint would lose it",
-                    item.actor_id,
-                    item.seq,
-                    exc,
-                    self.failed,
-                )
-            return False
+        self._spool.write(f"{self._next:012d}", encode(message))
         self._next += 1
-        return True
 
     def files(self) -> list[Path]:
         return self._spool.files()

@@ -33,6 +33,7 @@ import numpy as np
 
 from robotrl.config.learner import LearnerConfig
 from robotrl.core.batch import TransitionBatch
+from robotrl.core.log_limit import EveryFewSeconds
 from robotrl.core.protocols import Algorithm, BatchReceiver, Sender
 from robotrl.core.types import WeightUpdate
 from robotrl.learner.admission import Admission
@@ -44,6 +45,7 @@ from robotrl.learner.metrics import MetricsLog
 from robotrl.learner.prefetch import Prefetcher
 from robotrl.learner.replay import ChunkReplay, ReplayError
 from robotrl.learner.samples import VERSION_KEY, Batch, concat
+from robotrl.transport.spool import SpoolFullError
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,8 @@ class Learner:
         """Held while a batch is received, journaled and stored, and while a checkpoint is written,
         so a checkpoint's buffers and transport ledger name the same batches."""
         self.refused_batches = 0
+        self.journal_refusals = EveryFewSeconds(log, logging.ERROR, clock=clock)
+        """Batches the journal refused, handed back unacknowledged (the actor resends them)."""
         self.publish_refused = 0
         self._version_lock = threading.Lock()
         """Guards ``counters.policy_version`` between the ingest thread (raising it before the
@@ -125,14 +129,19 @@ class Learner:
     def _ingest_forever(self) -> None:
         while not self._stop.is_set():
             with self._ingest_lock:
+                refused = self.journal_refusals.total
                 self.ingest_next(0.05)
+            if self.journal_refusals.total > refused:
+                self._stop.wait(0.05)  # the journal is full: give a checkpoint the lock to empty it
 
     def ingest_next(self, timeout_s: float) -> bool:
-        """Receive, journal and store one batch; False when none came within ``timeout_s``.
+        """Receive, journal and store one batch; False when none came within ``timeout_s``
+        or the journal refused it.
 
         With a journal, the batch is on disk before the link acknowledges it (the
         receiver acknowledges a batch at the next receive), so an acknowledged batch
-        survives a learner crash."""
+        survives a learner crash. A batch the journal refuses is handed back to the link
+        unacknowledged and not stored: the actor keeps it and sends it again."""
         item = self.transitions.recv_item(timeout_s)
         if item is None:
             return False
@@ -142,7 +151,17 @@ class Learner:
         ):
             return True  # acknowledged and dropped: a resend would be refused again
         if self.journal is not None:
-            self.journal.append(item)
+            try:
+                self.journal.append(item)
+            except (SpoolFullError, OSError) as exc:
+                self.transitions.hand_back()
+                self.journal_refusals.event(
+                    "journal refused batch %s/%d (%s): not acknowledged, the actor will resend it",
+                    item.actor_id,
+                    item.seq,
+                    exc,
+                )
+                return False
         self.ingest(item.batch)
         return True
 
@@ -363,6 +382,7 @@ class Learner:
             "refused_batches": self.refused_batches,
             **(self.admission.counts() if self.admission is not None else {}),
             "nonfinite_groups": self.guard.nonfinite_groups,
+            "journal_refused": self.journal_refusals.total,
             "segments": self.feeder.segments_added,
             "successes_kept": self.feeder.successes_kept,
             **{k: float(v) for k, v in result.items()},

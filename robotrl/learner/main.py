@@ -16,6 +16,7 @@ from rich.console import Console
 
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core import run_folder
+from robotrl.core.fsync import Fsync
 from robotrl.core.protocols import BatchReceiver, Sender
 from robotrl.core.types import EnvSpec, WeightUpdate
 from robotrl.learner.admission import Admission, ValueBounds
@@ -55,7 +56,9 @@ def open_journal(cfg: RobotRLConfig) -> Journal | None:
     them a restarted learner starts from empty buffers anyway)."""
     if not cfg.learner.save_buffers:
         return None
-    return Journal(Path(cfg.run_dir) / run_folder.JOURNAL, cfg.learner.journal_max_mb << 20)
+    return Journal(
+        Path(cfg.run_dir) / run_folder.JOURNAL, cfg.learner.journal_max_mb << 20, Fsync(cfg.learner.fsync)
+    )
 
 
 def resume_point(cfg: RobotRLConfig) -> Path | None:
@@ -82,7 +85,8 @@ def build_learner(
         episodes = load_demonstrations(lrn.demos_path, rspec, lrn.success_reward)
         anchor.load_demos(episodes, sum(len(e) for e in episodes))
     algorithm = build_algorithm(lrn, policy, device, spec.state_dim, dict(spec.camera_shapes))
-    checkpointer = Checkpointer(cfg.run_dir)
+    checkpointer = Checkpointer(cfg.run_dir, Fsync(lrn.fsync))
+    checkpointer.remove_leftovers()
     counters = Counters()
     latest = resume_point(cfg)
     if latest is not None:

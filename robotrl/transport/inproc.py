@@ -65,11 +65,18 @@ class TransitionQueue(QueueLink[TransitionBatch]):
         super().__init__(maxsize)
         self.stream = new_stream_id()
         self._next_seq: dict[str, int] = {}
+        self._held: TransitionBatch | None = None
 
     def recv_item(self, timeout_s: float) -> Received | None:
-        batch = self.recv(timeout_s)
+        batch = self._held = self.recv(timeout_s)
         if batch is None:
             return None
         seq = self._next_seq.get(batch.actor_id, 0)
         self._next_seq[batch.actor_id] = seq + 1
         return Received(batch.actor_id, self.stream, seq, batch)
+
+    def hand_back(self) -> None:
+        """Queue the batch handed out last again: no actor outside keeps it to resend."""
+        if self._held is not None:
+            held, self._held = self._held, None
+            self.send(held)

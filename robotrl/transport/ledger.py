@@ -61,6 +61,16 @@ class RangeSet:
         self._lo[i:j] = [lo]
         self._hi[i:j] = [hi]
 
+    def discard(self, x: int) -> None:
+        """Remove ``x`` (splitting its range); nothing when absent."""
+        if x not in self:
+            return
+        i = bisect.bisect_right(self._lo, x) - 1
+        lo, hi = self._lo[i], self._hi[i]
+        pieces = [(a, b) for a, b in ((lo, x), (x + 1, hi)) if b > a]
+        self._lo[i : i + 1] = [a for a, _ in pieces]
+        self._hi[i : i + 1] = [b for _, b in pieces]
+
     def ranges(self) -> list[tuple[int, int]]:
         return list(zip(self._lo, self._hi, strict=True))
 
@@ -167,6 +177,13 @@ class SeqLedger:
                 return True
             self._dups[key] = self._dups.get(key, 0) + 1
             return False
+
+    def forget(self, actor_id: str, stream: str, seq: int) -> None:
+        """Undo :meth:`record` of a batch the learner could not keep, so its resend is taken."""
+        with self._lock:
+            got = self._got.get((actor_id, stream))
+            if got is not None:
+                got.discard(seq)
 
     def seen(self, actor_id: str, stream: str, seq: int) -> bool:
         with self._lock:

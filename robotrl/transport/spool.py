@@ -2,9 +2,11 @@
 
 One file per message, holding exactly the codec's frames (no pickle): the magic
 ``RRSPOOL1``, a little-endian u32 frame count, one u64 length per frame, then the
-frames. Files are written to a temporary name and renamed, so a crash leaves
-either a whole file or none. Reading a file back re-validates it with the codec,
-so a damaged file is refused (and deleted) rather than sent.
+frames. Files are written to a temporary name, fsynced, renamed and their folder
+fsynced (unless the :class:`~robotrl.core.fsync.Fsync` given is relaxed), so a crash or
+a power cut leaves either a whole file or none; a temporary file a crash or a failed
+write left behind is deleted at start and after the failure. Reading a file back
+re-validates it with the codec, so a damaged file is refused (and deleted) rather than sent.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import struct
 from pathlib import Path
 
+from robotrl.core.fsync import Fsync
 from robotrl.wire.codec import Frame, Message, WireError, decode
 
 log = logging.getLogger(__name__)
@@ -30,10 +33,12 @@ class SpoolFullError(Exception):
 class Spool:
     """Files under ``directory``, at most ``max_bytes`` in all."""
 
-    def __init__(self, directory: str | Path, max_bytes: int) -> None:
+    def __init__(self, directory: str | Path, max_bytes: int, fsync: Fsync | None = None) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
+        self.fsync = fsync if fsync is not None else Fsync()
+        self._remove_partial_writes()
         self.used = sum(p.stat().st_size for p in self.directory.glob(f"*{SUFFIX}"))
 
     def write(self, name: str, frames: list[Frame]) -> Path:
@@ -45,11 +50,17 @@ class Spool:
             raise SpoolFullError(f"spool {self.directory}: {self.used + size} bytes > {self.max_bytes}")
         path = self.directory / f"{name}{SUFFIX}"
         tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            f.write(head)
-            for v in views:
-                f.write(v)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(head)
+                for v in views:
+                    f.write(v)
+                self.fsync.file(f)
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a disk full half way: no partial file left behind
+            raise
+        self.fsync.folder(self.directory)
         self.used += size
         return path
 
@@ -95,6 +106,9 @@ class Spool:
 
     def files(self) -> list[Path]:
         """Stored messages, oldest name first (names sort by stream then sequence number)."""
+        self._remove_partial_writes()
+        return sorted(self.directory.glob(f"*{SUFFIX}"))
+
+    def _remove_partial_writes(self) -> None:
         for tmp in self.directory.glob("*.tmp"):
             tmp.unlink(missing_ok=True)  # a write cut short by a crash
-        return sorted(self.directory.glob(f"*{SUFFIX}"))

@@ -140,17 +140,15 @@ class TransitionReceiver:
             item = self._queue.get(timeout=max(0.0, timeout_s))
         except queue.Empty:
             return None
-        with self._queued_lock:
-            self._queued.discard((item.actor_id, item.stream, item.seq))
         while not self.ledger.record(item.actor_id, item.stream, item.seq):
             self._counts.add("duplicates")  # already taken (a restored ledger); ack, skip
+            self._unqueue(item)
             self._to_ack.append(item)
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 return None
-            with self._queued_lock:
-                self._queued.discard((item.actor_id, item.stream, item.seq))
+        # Its key stays queued until commit or hand_back: a resend meanwhile is not acknowledged.
         self._held = item
         return item
 
@@ -158,7 +156,21 @@ class TransitionReceiver:
         """Acknowledge the batch handed out last (``recv`` does this itself)."""
         if self._held is not None:
             self._to_ack.append(self._held)
+            self._unqueue(self._held)
             self._held = None
+
+    def hand_back(self) -> None:
+        """Return the batch handed out last unacknowledged (the learner could not journal it):
+        forgotten by the ledger, so the actor, which keeps every unacknowledged batch, resends
+        it and the resend is taken."""
+        if self._held is not None:
+            held, self._held = self._held, None
+            self.ledger.forget(held.actor_id, held.stream, held.seq)
+            self._unqueue(held)
+
+    def _unqueue(self, item: Received) -> None:
+        with self._queued_lock:
+            self._queued.discard((item.actor_id, item.stream, item.seq))
 
     def stats(self) -> dict[str, int]:
         return self._counts.snapshot()

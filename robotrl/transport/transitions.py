@@ -33,6 +33,8 @@ from typing import Any
 
 from robotrl.config.transport import TransportConfig
 from robotrl.core.batch import TransitionBatch
+from robotrl.core.fsync import Fsync
+from robotrl.core.log_limit import EveryFewSeconds
 from robotrl.transport import protocol as p
 from robotrl.transport.background import Counters, log_rejection
 from robotrl.transport.heartbeat import Liveness
@@ -79,12 +81,14 @@ class TransitionSender:
         peer_timeout_s: float = 5.0,
         keys: ClientKeys | None = None,
         write_ahead: bool = False,
+        fsync: Fsync | None = None,
         on_numbered: Callable[[str, int, int], None] | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
         """``on_numbered(stream, seq, rows)`` runs on the I/O thread once a batch is numbered
         and kept (on disk first, with write-ahead): what an audit of a crash counts as handed
-        over, since from then on the learner's ledger accounts for the batch."""
+        over, since from then on the learner's ledger accounts for the batch. ``fsync``: how
+        spool files reach the disk (default: fsynced)."""
         if not actor_id:
             raise ValueError("actor_id must not be empty")
         self.endpoint = endpoint
@@ -106,7 +110,8 @@ class TransitionSender:
             thread_name=f"transitions-{actor_id}",
             limits=CONTROL_LIMITS,  # the learner only ever answers with pongs and acks
         )
-        self._spool = Spool(Path(spool_dir) / actor_id, spool_max_bytes) if spool_dir else None
+        self._spool = Spool(Path(spool_dir) / actor_id, spool_max_bytes, fsync) if spool_dir else None
+        self._drops = EveryFewSeconds(log, logging.WARNING, clock=clock)
         self._write_ahead = write_ahead and self._spool is not None
         self._on_numbered = on_numbered
         self._handoff: collections.deque[TransitionBatch] = collections.deque()
@@ -139,6 +144,7 @@ class TransitionSender:
             "max_inflight": cfg.max_inflight_batches,
             "window": cfg.send_window,
             "write_ahead": cfg.write_ahead,
+            "fsync": Fsync(cfg.fsync),
         }
         kwargs.update(overrides)
         return cls(cfg.transitions_endpoint, actor_id, **kwargs)
@@ -307,11 +313,15 @@ class TransitionSender:
                     self._counts.add("spooled")
                     self._numbered(seq, len(batch))
                     continue
-                except SpoolFullError as exc:
-                    log.warning("%s: %s; batch %d dropped", self.actor_id, exc, seq)
-                except OSError as exc:
-                    log.error("%s: spool write failed (%s); batch %d dropped", self.actor_id, exc, seq)
-            self._counts.add("dropped")
+                except (SpoolFullError, OSError) as exc:
+                    self._dropped(seq, f"memory and spool full ({exc})")
+                    continue
+            self._dropped(seq, "memory full and no spool")
+
+    def _dropped(self, seq: int, why: str) -> None:
+        """A numbered batch given up: counted (pings tell the learner's ledger), logged sparingly."""
+        self._counts.add("dropped")
+        self._drops.event("%s: batch %d dropped, %s", self.actor_id, seq, why)
 
     def _numbered(self, seq: int, rows: int) -> None:
         if self._on_numbered is None:

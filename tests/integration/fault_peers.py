@@ -2,8 +2,9 @@
 
 - ``learner RUN_DIR T_ENDPOINT W_ENDPOINT``: the real learner composition
   (:func:`robotrl.learner.main.build_learner`, the real ZeroMQ links of
-  ``_open_links``, buffers in checkpoints, the write-ahead journal) with a small MLP
-  policy, so a test can SIGKILL it and start it again on the same run folder.
+  ``_open_links``; buffers in checkpoints and the write-ahead journal as the default
+  learner config has them) with a small MLP policy, so a test can SIGKILL it and start it
+  again on the same run folder.
   SIGTERM stops it cleanly (a final checkpoint).
 - ``actor T_ENDPOINT ACTOR_ID FIRST N PERIOD_S SPOOL_DIR``: send episodes FIRST ..
   FIRST+N-1 (10 ticks each, one batch per episode) with the write-ahead spool, wait
@@ -46,8 +47,7 @@ def learner_config(run_dir: str, t_endpoint: str, w_endpoint: str) -> RobotRLCon
         log_every_groups=1000,
         checkpoint_every_groups=3,
         max_samples_per_insert=2.0,  # a few groups per batch: the CPU stays with the actor
-        save_buffers=True,
-    )
+    )  # buffers in checkpoints and the journal: the default, not set here
     t = cfg.transport
     t.transitions_endpoint, t.weights_endpoint = t_endpoint, w_endpoint
     t.heartbeat_s, t.peer_timeout_s = HEARTBEAT_S, TIMEOUT_S

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from robotrl.config.schema import RobotRLConfig, problems
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.types import Observation, Transition
 from robotrl.learner.journal import Journal, restored_ledger
 from robotrl.transport.ledger import SeqLedger
+from robotrl.transport.spool import SpoolFullError
 from robotrl.transport.transition_receiver import Received
 
 
@@ -27,20 +29,21 @@ def batch(index: int) -> TransitionBatch:
 def test_journal_round_trips_batches_in_order_and_forgets_what_a_checkpoint_holds(tmp_path):
     journal = Journal(tmp_path / "j", 1 << 20)
     for seq in range(4):
-        assert journal.append(Received("a", "s1", seq, batch(seq)))
+        journal.append(Received("a", "s1", seq, batch(seq)))
     got = list(journal.read())
     assert [(r.actor_id, r.stream, r.seq) for _, r in got] == [("a", "s1", s) for s in range(4)]
     assert [int(r.batch.state[0, 0]) for _, r in got] == [0, 1, 2, 3]
     journal.remove([path for path, _ in got[:3]])
     reopened = Journal(tmp_path / "j", 1 << 20)  # a restarted learner numbers after what is left
-    assert reopened.append(Received("a", "s1", 4, batch(4)))
+    reopened.append(Received("a", "s1", 4, batch(4)))
     assert [r.seq for _, r in reopened.read()] == [3, 4]
 
 
-def test_journal_over_budget_refuses_and_counts(tmp_path):
+def test_journal_over_budget_refuses_and_keeps_nothing(tmp_path):
     journal = Journal(tmp_path / "j", 10)
-    assert not journal.append(Received("a", "s1", 0, batch(0)))
-    assert journal.failed == 1 and journal.files() == []
+    with pytest.raises(SpoolFullError):
+        journal.append(Received("a", "s1", 0, batch(0)))
+    assert journal.files() == []
 
 
 def test_damaged_journal_file_is_dropped_not_replayed(tmp_path):
