@@ -54,6 +54,7 @@ LAST_GOOD = "last_good"
 class NonFiniteStateError(ValueError):
     """A checkpoint was asked to hold NaN or infinity; nothing was written."""
 
+
 TMP_PREFIX = ".tmp-"
 
 
