@@ -309,7 +309,7 @@ class Soak:
         self, codes: dict[str, int | None], learner_code: int | None, cameras: dict[str, Any]
     ) -> dict[str, Any]:
         sessions = [*self.faults.sessions, self.run_dir]
-        stored, ledger, overlap = audit.session_totals(sessions)
+        stored, ledger, ledger_ids, overlap = audit.session_totals(sessions, set(ACTORS))
         totals = ledger.audit()
         sent = sum(self.sent.values())
         restarts = len(self.faults.sessions)
@@ -319,7 +319,7 @@ class Soak:
         evidence = audit.Evidence(
             conserved=lost == duplicates == totals.lost_to_actor_crash == totals.in_flight == 0,
             samples=self.samples,
-            ledger_actor_ids={a.actor_id for a in ledger.accounts()},
+            ledger_actor_ids=ledger_ids,
             actor_ids=set(ACTORS),
             logs={r.name: r.log.read_text(errors="replace") for r in self._roles()},
             unexpected_exits=len(self.unexpected_exits),

@@ -44,9 +44,10 @@ class Sample:
     missed_deadlines: int
 
 
-def session_totals(session_dirs: Sequence[Path]) -> tuple[int, SeqLedger, int]:
-    """Rows stored over every session's last checkpoint, their ledgers merged, and the batches
-    two sessions both received (an unacknowledged batch resent to the new session)."""
+def session_totals(session_dirs: Sequence[Path], actor_ids: set[str]) -> tuple[int, SeqLedger, set[str], int]:
+    """Rows stored over every session's last checkpoint; the real actors' ledgers merged; every
+    actor id any ledger holds (a hostile peer's too); and the batches two sessions both
+    received (an unacknowledged batch resent to the new session)."""
     stored, overlap = 0, 0
     streams: dict[tuple[str, str], dict[str, Any]] = {}
     for folder in session_dirs:
@@ -60,7 +61,8 @@ def session_totals(session_dirs: Sequence[Path]) -> tuple[int, SeqLedger, int]:
                 overlap += _overlap(streams[key]["received"], entry["received"])
                 entry = _merged(streams[key], entry)
             streams[key] = entry
-    return stored, SeqLedger.from_json({"version": 1, "streams": list(streams.values())}), overlap
+    real = [e for (actor, _), e in streams.items() if actor in actor_ids]
+    return stored, SeqLedger.from_json({"version": 1, "streams": real}), {a for a, _ in streams}, overlap
 
 
 def _overlap(a: list[list[int]], b: list[list[int]]) -> int:

@@ -24,16 +24,17 @@ def _session(folder: Path, transitions: int, received: list[list[int]]) -> Path:
     ckpt.mkdir(parents=True)
     (ckpt / run_folder.CHECKPOINT_COUNTERS).write_text(json.dumps({"transitions": transitions}))
     stream = {"actor_id": "actor-0", "stream": "s0", "received": received, "duplicates": 0, "numbered": 10}
-    (ckpt / LEDGER_FILE).write_text(json.dumps({"version": 1, "streams": [stream]}))
+    hostile = {"actor_id": "hostile-1", "stream": "h", "received": [], "duplicates": 0, "numbered": 2**40}
+    (ckpt / LEDGER_FILE).write_text(json.dumps({"version": 1, "streams": [stream, hostile]}))
     (folder / run_folder.CHECKPOINTS / run_folder.CHECKPOINT_LATEST).write_text("group-1")
     return folder
 
 
-def test_rows_and_ledgers_add_up_over_learner_sessions_and_a_batch_two_sessions_took_is_counted(tmp_path):
+def test_rows_and_ledgers_add_up_over_learner_sessions_and_a_hostile_id_is_named_not_counted(tmp_path):
     old = _session(tmp_path / "old", 300, [[0, 6]])
     new = _session(tmp_path / "new", 256, [[5, 10]])
-    stored, ledger, overlap = session_totals([old, new])
-    assert stored == 556 and overlap == 1
+    stored, ledger, ids, overlap = session_totals([old, new], {"actor-0"})
+    assert stored == 556 and overlap == 1 and ids == {"actor-0", "hostile-1"}
     audit = ledger.audit()
     assert audit.received == 10 and audit.in_flight == 0
 
