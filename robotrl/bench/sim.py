@@ -31,7 +31,7 @@ def pin_to_one_core() -> str:
     return "unpinned"
 
 
-def _measure(task: str, cameras: tuple[str, ...], seconds: float, rounds: int) -> tuple[float, float]:
+def measure(task: str, cameras: tuple[str, ...], seconds: float, rounds: int) -> tuple[float, float]:
     """(env steps/s, bare MuJoCo steps/s), medians of interleaved rounds on one env."""
     import mujoco
     import numpy as np
@@ -86,7 +86,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     rates: dict[str, list[float]] = {label: [] for label, _ in CONFIGS}
     for task in TASKS:
         for label, cameras in CONFIGS:
-            env_rate, bare = _measure(task, cameras, seconds, rounds)
+            env_rate, bare = measure(task, cameras, seconds, rounds)
             rates[label].append(env_rate)
             rows.append([task, label, env_rate, bare, f"{env_rate / bare:.2f}"])
     result: dict[str, Any] = {"bench": "sim"}
