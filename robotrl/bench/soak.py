@@ -47,6 +47,7 @@ from robotrl.transport.spool import Spool
 from robotrl.wire.messages import message_to_transition_batch
 
 ACTORS = ("actor-0", "actor-1")
+HOSTILE = "hostile"
 CAMERAS = ("front", "wrist")
 IMAGE_SIZE = 96
 COMMON = [
@@ -108,12 +109,6 @@ def is_durability_override(override: str) -> bool:
     return key in DURABILITY_KEYS or "journal" in key or "fsync" in key
 
 
-def actor_keys_dir(keys: Path, actor: str) -> Path:
-    """The keys an actor (or the hostile peer, ``hostile``) presents: today every client shares
-    one pair; per-actor pairs change only this function."""
-    return keys
-
-
 class Soak:
     def __init__(self, root: Path, seconds: float, overrides: list[str]) -> None:
         self.root, self.seconds, self.overrides = root, seconds, overrides
@@ -121,7 +116,13 @@ class Soak:
         self.run_dir.mkdir(parents=True)
         self.keys = root / "keys"
         cli = [sys.executable, "-m", "robotrl.cli"]
-        subprocess.run([*cli, "keys", "generate", "--dir", str(self.keys)], check=True, capture_output=True)
+        # One pair per actor, and one for the hostile peer (an authorized key that lies about ids).
+        actors = ",".join([*ACTORS, HOSTILE])
+        subprocess.run(
+            [*cli, "keys", "generate", "--dir", str(self.keys), "--actors", actors],
+            check=True,
+            capture_output=True,
+        )
         self.transitions_endpoint, weights = free_endpoint(), free_endpoint()
         self.proxies = {a: (TcpProxy(self.transitions_endpoint), TcpProxy(weights)) for a in ACTORS}
         self.actor_ids = ACTORS
@@ -157,7 +158,7 @@ class Soak:
             *COMMON,
             f"run_dir={run_dir}",
             f"transport.spool_dir={self.root / 'spool'}",
-            f"transport.keys_dir={actor_keys_dir(self.keys, actor_id)}",
+            f"transport.keys_dir={self.keys}",
             "actor.episodes=0",
             "actor.audit_sent=true",
             f"actor.actor_id={actor_id}",
@@ -179,7 +180,7 @@ class Soak:
     def peer_keys(self) -> Any:
         from robotrl.wire.auth import client_keys
 
-        return client_keys(actor_keys_dir(self.keys, "hostile"))
+        return client_keys(self.keys, HOSTILE)
 
     def clock(self) -> float:
         return time.monotonic() - self.start_time
