@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 2  # 2: counters.json names the weight version policy_version
 KEEP = 2
 BUFFERS = "buffers"
+PUBLISHED = "published_version"
+"""In the checkpoints folder: the newest policy version published, written before it is sent."""
 LAST_GOOD = "last_good"
 """In the checkpoints folder: the name of the newest checkpoint whose state was checked finite."""
 
@@ -171,6 +173,19 @@ class Checkpointer:
             shutil.rmtree(leftover, ignore_errors=True)
         for pointer in self.root.glob(".*.tmp"):
             pointer.unlink(missing_ok=True)
+
+    def note_published(self, policy_version: int) -> None:
+        """Record ``policy_version`` as published, before it is sent: a learner resumed from an
+        older checkpoint then numbers above every version its actors may hold."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.fsync.write_bytes(self.root / PUBLISHED, str(policy_version).encode())
+
+    def published_version(self) -> int:
+        """The newest policy version :meth:`note_published` recorded here (0: none)."""
+        try:
+            return int((self.root / PUBLISHED).read_text().strip())
+        except (OSError, ValueError):
+            return 0
 
     def latest(self) -> Path | None:
         return latest_checkpoint(self.run_dir)

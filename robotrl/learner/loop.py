@@ -272,6 +272,8 @@ class Learner:
         with self._version_lock:
             self.counters.policy_version += 1
             self._published = True
+        if self.checkpointer is not None:
+            self.checkpointer.note_published(self.counters.policy_version)
         update = WeightUpdate.build(self.counters.policy_version, weights, self.subset, time.time())
         if not self.weights.send(update):
             self.publish_refused += 1

@@ -92,6 +92,8 @@ def build_learner(
     if latest is not None:
         state, counters = checkpointer.load(latest, device)
         algorithm.load_state_dict(state)
+        # Versions published after this checkpoint are running on the actors: count above them.
+        counters.policy_version = max(counters.policy_version, checkpointer.published_version())
         logging.getLogger(__name__).info("resumed from %s: %s", latest, counters)
     run_dir = Path(cfg.run_dir)
     rerun_path = run_dir / run_folder.LEARNER_RECORDING if lrn.rerun else None

@@ -79,6 +79,29 @@ def test_loop_ingests_updates_publishes_rising_versions_and_resumes_from_its_che
     resumed.anchor.close()
 
 
+def test_a_learner_resumed_from_an_older_checkpoint_numbers_above_every_version_it_published(tmp_path):
+    # Killed after publishing v3 and v4 past its last checkpoint (v2): its actors run v4.
+    cfg = config(tmp_path)
+    inbox, outbox = TransitionQueue(), QueueLink()
+    for b in episodes(0, 6):
+        inbox.send(b)
+    learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
+    learner.run(max_groups=2)
+    learner.publish()
+    learner.publish()
+    assert [u.policy_version for u in outbox.drain()] == [1, 2, 3, 4]
+    learner.online.close()
+    learner.anchor.close()
+
+    inbox2, outbox2 = TransitionQueue(), QueueLink()
+    resumed = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox2, outbox2, console=False)
+    assert resumed.counters.groups == 2 and resumed.counters.policy_version == 4
+    inbox2.send(episodes(6, 1, version=4)[0])  # what the actors sent while running v4: still taken
+    assert resumed.ingest_next(10.0) and resumed.admission is not None and not resumed.admission.refused
+    resumed.online.close()
+    resumed.anchor.close()
+
+
 def test_a_learner_without_checkpoint_numbers_its_versions_above_those_its_actors_report(tmp_path, caplog):
     # Restarted without its checkpoint, the learner counts from 0 while its actors run its predecessor's v7.
     caplog.set_level(logging.INFO, logger="robotrl.learner.loop")
