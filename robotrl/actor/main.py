@@ -21,6 +21,9 @@ from robotrl.config.schema import RobotRLConfig
 from robotrl.core import run_folder
 from robotrl.core.types import Transition
 
+FENCED_EXIT = 5
+"""`robotrl actor`'s exit status when a newer process with its actor id took over."""
+
 
 def eval_role(cfg: RobotRLConfig) -> int:
     """`robotrl eval`: episodes without a learner; prints and writes the summary."""
@@ -43,7 +46,7 @@ def actor_role(cfg: RobotRLConfig) -> int:
     """`robotrl actor`: episodes whose transitions stream to the learner and whose weights
     come from it, hot-swapped between inferences."""
     from robotrl.core.batch import TransitionBatch
-    from robotrl.transport.transitions import TransitionSender
+    from robotrl.transport.transitions import ActorFencedError, TransitionSender
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     run_dir, actor_id = Path(cfg.run_dir), cfg.actor.actor_id
@@ -54,6 +57,8 @@ def actor_role(cfg: RobotRLConfig) -> int:
 
     def to_learner(transitions: list[Transition]) -> None:
         nonlocal refused, rows_sent
+        if sender.fenced:  # a newer process has this actor id: stop here (the arm holds)
+            raise ActorFencedError(f"a newer process with actor id {actor_id} has taken over")
         if not sender.send(TransitionBatch.from_transitions(transitions)):
             refused += len(transitions)  # queue and spool full: counted, reported below
             return
@@ -67,6 +72,12 @@ def actor_role(cfg: RobotRLConfig) -> int:
     try:
         summary = run_episodes(cfg, sink=to_learner, title=actor_id, online=True, on_episode=report)
         delivered = sender.flush(timeout_s=cfg.transport.peer_timeout_s * 2)
+    except ActorFencedError as exc:
+        print(
+            f"robotrl actor: fenced: {exc}; its batches are in the spool. Run one process per actor id.",
+            file=sys.stderr,
+        )
+        return FENCED_EXIT
     finally:
         sender.close()
     summary["transport"] = {**sender.stats(), "refused_transitions": refused, "flushed": delivered}

@@ -53,6 +53,11 @@ def new_stream_id() -> str:
     return f"{time.time_ns() // 1_000_000:012x}{secrets.token_hex(3)}"
 
 
+class ActorFencedError(RuntimeError):
+    """A newer process with this actor id has taken over: this one must stop (its batches are
+    in the spool, sent by the actor id's next process)."""
+
+
 @dataclass
 class _Entry:
     """One numbered batch awaiting its ack."""
@@ -259,16 +264,39 @@ class TransitionSender:
         if self._fenced.is_set():
             return
         self._fenced.set()
+        self._take_handoff()
+        lost = self._spool_in_memory()
         log.error(
             "%s: FENCED: a newer process with actor id %s (stream %s) has taken over from this one "
-            "(stream %s); this process stops sending. %d unacknowledged batches stay in the spool "
-            "(those in memory only are lost); run one process per actor id",
+            "(stream %s); this process stops. %d unacknowledged batches stay in the spool for the "
+            "id's next process (%d could not be spooled); run one process per actor id",
             self.actor_id,
             self.actor_id,
             epoch,
             self.stream,
-            len(self._entries),
+            len(self._entries) - lost,
+            lost,
         )
+
+    def _spool_in_memory(self) -> int:
+        """Write every unacknowledged batch held only in memory to the spool; the count that
+        could not be written (no spool, or it is full)."""
+        lost = 0
+        for key, entry in self._entries.items():
+            if entry.path is not None or entry.frames is None:
+                continue
+            try:
+                if self._spool is None:
+                    raise SpoolFullError("no spool")
+                entry.path = self._spool.write(f"{key[0]}-{key[1]:016d}", entry.frames)
+            except (SpoolFullError, OSError):
+                lost += 1
+        return lost
+
+    @property
+    def fenced(self) -> bool:
+        """Whether a newer process with this actor id has taken over (this one must stop)."""
+        return self._fenced.is_set()
 
     def _take_handoff(self) -> None:
         """Number and encode queued batches: into memory while there is room; to the spool
