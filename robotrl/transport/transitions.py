@@ -112,6 +112,7 @@ class TransitionSender:
         self._entries: collections.OrderedDict[tuple[str, int], _Entry] = collections.OrderedDict()
         self._in_memory = 0
         self._next_seq = 0
+        self._numbering = False
         self._learner_session: str | None = None
         self._counts = Counters(
             "queued",
@@ -170,7 +171,7 @@ class TransitionSender:
     def flush(self, timeout_s: float) -> bool:
         """Wait until every queued batch is acknowledged; False at the deadline."""
         deadline = time.monotonic() + timeout_s
-        while self._handoff or self._entries:
+        while self._handoff or self._entries or self._numbering:
             if time.monotonic() >= deadline:
                 return False
             self._stop.wait(0.01)
@@ -204,7 +205,11 @@ class TransitionSender:
             log.info("%s: %d spooled batches from earlier runs to send", self.actor_id, len(self._entries))
 
     def before_poll(self) -> None:
-        self._take_handoff()
+        self._numbering = True  # a batch between the hand-off queue and the entries: not flushed
+        try:
+            self._take_handoff()
+        finally:
+            self._numbering = False
 
     def wait_ms(self) -> int:
         more = bool(self._handoff) and self._in_memory < self._max_inflight
