@@ -123,6 +123,7 @@ class TransitionSender:
         self._entries: collections.OrderedDict[tuple[str, int], _Entry] = collections.OrderedDict()
         self._in_memory = 0
         self._next_seq = 0
+        self._numbering = False
         self._learner_session: str | None = None
         self._fenced = threading.Event()
         self._counts = Counters(
@@ -184,7 +185,7 @@ class TransitionSender:
         """Wait until every queued batch is acknowledged; False at the deadline, or once fenced
         and every queued batch is numbered (and spooled, for the next start)."""
         deadline = time.monotonic() + timeout_s
-        while self._handoff or self._entries:
+        while self._handoff or self._entries or self._numbering:
             if time.monotonic() >= deadline or (self._fenced.is_set() and not self._handoff):
                 return False
             self._stop.wait(0.01)
@@ -218,7 +219,11 @@ class TransitionSender:
             log.info("%s: %d spooled batches from earlier runs to send", self.actor_id, len(self._entries))
 
     def before_poll(self) -> None:
-        self._take_handoff()
+        self._numbering = True  # a batch between the hand-off queue and the entries: not flushed
+        try:
+            self._take_handoff()
+        finally:
+            self._numbering = False
 
     def wait_ms(self) -> int:
         more = bool(self._handoff) and self._in_memory < self._max_inflight
