@@ -77,8 +77,8 @@ def test_checkpoint_fsyncs_every_file_and_folder_before_latest_names_it(tmp_path
     sync = RecordingSync()
     save(Checkpointer(tmp_path, Fsync(True, sync)), extra_json={"ledger.json": {}})
     # state.pt, policy.safetensors, ledger.json, counters.json; the checkpoint's folder, its parent
-    # after the rename; the latest pointer and its folder
-    assert sync.kinds.count("file") == 5 and sync.kinds.count("folder") == 3
+    # after the rename; the last_good and latest pointers and their folder each
+    assert sync.kinds.count("file") == 6 and sync.kinds.count("folder") == 4
     relaxed = RecordingSync()
     save(Checkpointer(tmp_path / "relaxed", Fsync(False, relaxed)))
     assert relaxed.kinds == []
@@ -94,7 +94,7 @@ def test_failed_checkpoint_leaves_no_temporary_folder_and_keeps_the_previous_lat
     for _ in range(3):
         with pytest.raises(OSError):
             save(checkpointer, save_buffers=disk_full)
-    assert sorted(p.name for p in checkpointer.root.iterdir()) == [good.name, "latest"]
+    assert sorted(p.name for p in checkpointer.root.iterdir()) == [good.name, "last_good", "latest"]
     assert checkpointer.latest() == good
 
 
