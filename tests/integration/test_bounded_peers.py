@@ -184,13 +184,19 @@ def test_the_actors_weight_subscriber_refuses_a_billion_pieces_before_holding_an
         route = mallory.recv_multipart()[0]
         junk = np.ones(1 << 20, np.float32)  # 4 MB a piece, a fresh name each
         for index in range(100):
-            meta = {"subset": "trainable", "created_time": 0.0, "index": index, "count": 10**9}
+            meta = {
+                "subset": "trainable",
+                "created_time": 0.0,
+                "index": index,
+                "count": 10**9,
+                "session": "m",
+            }
             piece = Message(p.WPIECE, "learner", 5, {f"junk{index:04d}": junk}, meta)
             mallory.send_multipart([route, *encode(piece)])
         good = dict(sorted(make_policy(cfg.policy, toy_spec()).trainable_tensors().items()))
-        meta = {"subset": "trainable", "created_time": 0.0, "index": 0, "count": 1}
+        meta = {"subset": "trainable", "created_time": 0.0, "index": 0, "count": 1, "session": "m"}
         mallory.send_multipart([route, *encode(Message(p.WPIECE, "learner", 6, good, meta))])
-        seal = {"digest": weights_digest(good), "count": 1}
+        seal = {"digest": weights_digest(good), "count": 1, "session": "m"}
         mallory.send_multipart([route, *encode(Message(p.WSEAL, "learner", 6, {}, seal))])
         # one connection, in order: once version 6 is staged, the junk before it was handled
         wait_until(lambda: backend.newest_version() == 6, 120, "the valid update", on_wait=backend.poll)

@@ -113,6 +113,10 @@ class ReceiverMachine(RuleBasedStateMachine):
     def reconnect(self) -> None:
         self.sock.close()
         self.sock = self._connect()  # acks in flight to the old connection are lost
+        # As a real sender does at its next heartbeat: each actor pings from the new connection,
+        # which is where the learner's acks go from then on (a batch alone does not move them).
+        for actor in ACTORS:
+            self.ping(actor, made_up=False, ahead=0)
 
     @precondition(lambda self: self.rx.stats()["received"] > len(self.handed_out))
     @rule()
