@@ -318,7 +318,9 @@ class Learner:
             if self._ingest_thread is not None:
                 self._ingest_thread.join(timeout=5)
                 self._ingest_thread = None
-        if self.checkpointer and done:
+        # A stop checkpoints what this run trained or journaled (an incarnation that ran no group
+        # may still hold acknowledged batches only in its journal: the checkpoint takes them in).
+        if self.checkpointer and (done or (self.journal is not None and self.journal.files())):
             self.save()
         return self.counters
 

@@ -172,6 +172,27 @@ def test_buffers_survive_a_restart_when_enabled(tmp_path):
         learner.anchor.close()
 
 
+def test_a_learner_stopped_before_any_group_checkpoints_what_it_journaled(tmp_path):
+    # A restarted learner stopped again before its first group: the batches it acknowledged are
+    # only in its journal, and its stop must checkpoint them (a resumed run then holds them).
+    cfg = config(tmp_path)
+    inbox = TransitionQueue()
+    for b in episodes(0, 2):
+        inbox.send(b)
+    first = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, QueueLink(), console=False)
+    while first.ingest_next(0.1):
+        pass
+    assert first.journal is not None and len(first.journal.files()) == 2
+    first.stop()
+    first.run()
+    assert first.counters.groups == 0 and first.journal.files() == []
+    second = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, TransitionQueue(), QueueLink(), console=False)
+    assert len(second.online) == len(first.online) == 20
+    for learner in (first, second):
+        learner.online.close()
+        learner.anchor.close()
+
+
 def test_rate_limit_pauses_updates_until_more_transitions_arrive(tmp_path):
     # 2 critic + 1 actor updates of 16 samples: 48 samples per group; 40 transitions allow 60.
     cfg = config(tmp_path, max_samples_per_insert=1.5)
