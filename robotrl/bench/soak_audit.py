@@ -30,7 +30,8 @@ FOLLOW_S = 60.0
 FLOOD_LOG_LINES = 50
 """The most learner log lines a whole identity flood may cause."""
 MEMORY_GROWTH_MB = 64.0
-"""Flat memory: a role's longest incarnation grows less than this from its middle to its last third."""
+"""Flat memory: the floor of a role's longest incarnation rises less than this from its middle
+to its last third."""
 
 
 @dataclass(frozen=True)
@@ -112,13 +113,14 @@ def memory_growth(series: dict[str, list[float]]) -> dict[str, float]:
 
 
 def _growth(samples: list[float]) -> float:
-    """Mean RSS of the last third minus that of the middle third of one incarnation (its first
-    third is start-up)."""
+    """Lowest RSS of the last third minus the lowest of the middle third of one incarnation (its
+    first third is start-up). The floor is what a leak raises; batches an actor holds while the
+    learner is away for a fault are a transient rise the floor ignores."""
     if len(samples) < 6:
         return 0.0
     n = len(samples) // 3
     mid, last = samples[n : 2 * n], samples[2 * n :]
-    return sum(last) / len(last) - sum(mid) / len(mid)
+    return min(last) - min(mid)
 
 
 @dataclass(frozen=True)
