@@ -202,16 +202,7 @@ class Soak:
             self.versions.append(progress.versions())
             self.ticks += progress.ticks
             if name is None:
-                role = self.actors[actor]
-                self.samples.append(
-                    audit.Sample(
-                        self.clock(),
-                        actor,
-                        role.incarnations,
-                        progress.policy_version,
-                        progress.missed_deadlines,
-                    )
-                )
+                self._note_progress(actor, self.actors[actor], progress)
         run_folder.actor_sent_path(run_dir, actor).unlink(missing_ok=True)
         run_folder.actor_progress_path(run_dir, actor).unlink(missing_ok=True)
 
@@ -296,15 +287,15 @@ class Soak:
             for actor, role in self.actors.items():
                 progress = run_folder.read_actor_progress(self.run_dir, actor)
                 if progress is not None:
-                    self.samples.append(
-                        audit.Sample(
-                            self.clock(),
-                            actor,
-                            role.incarnations,
-                            progress.policy_version,
-                            progress.missed_deadlines,
-                        )
-                    )
+                    self._note_progress(actor, role, progress)
+
+    def _note_progress(self, actor: str, role: Role, progress: run_folder.ActorProgress) -> None:
+        """One sample of an actor incarnation's policy version and missed deadlines."""
+        self.samples.append(
+            audit.Sample(
+                self.clock(), actor, role.incarnations, progress.policy_version, progress.missed_deadlines
+            )
+        )
 
     def audit(
         self, codes: dict[str, int | None], learner_code: int | None, cameras: dict[str, Any]
