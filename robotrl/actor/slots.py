@@ -22,9 +22,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from robotrl.core.log_limit import EveryFewSeconds
 from robotrl.core.protocols import ChunkPolicy
 from robotrl.core.sessions import SessionVersions
-from robotrl.core.throttle import ThrottledLog
 from robotrl.core.types import WeightUpdate
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class PolicySlots:
         self._active_version = policy_version
         self._staged_version: int | None = None  # the spare holds it, complete
         self._sessions = SessionVersions(version=policy_version)  # the newest update staged
-        self._refusal_log = ThrottledLog(log, clock=clock)
+        self._refusal_log = EveryFewSeconds(log, logging.WARNING, clock=clock)
         self._zero_copy = zero_copy
         # The layout every update must fit, taken once: trainable_tensors() copies every weight
         # (200 MB for a 50M policy), far too slow to repeat per update, let alone under the lock.
@@ -104,7 +104,7 @@ class PolicySlots:
                 refusal = self._sessions.refusal(update.session, update.policy_version)
                 if refusal is not None:
                     self.refused[refusal] += 1
-                    self._refusal_log.warning(
+                    self._refusal_log.event(
                         "weights v%d of session %r refused (%s; newest staged: v%d of session %r)",
                         update.policy_version,
                         update.session,

@@ -217,8 +217,8 @@ class TransitionReceiver:
     def _refuse_identity(self, claimed: str, peer_id: str) -> None:
         """A message whose sender is not the actor its CURVE key speaks for: counted, not used."""
         self._counts.add("refused_identity")
-        n = self._counts.snapshot()["refused_identity"]
-        if n <= 5 or n % 100 == 0:
+        if PEER_LOG.allow("learner transitions: refused identity"):
+            n = self._counts.snapshot()["refused_identity"]
             log.warning("learner transitions: key of %s claimed actor %s; refused (#%d)", peer_id, claimed, n)
 
     def _fence(self, route: bytes, actor_id: str, stream: str | None) -> None:
@@ -228,8 +228,8 @@ class TransitionReceiver:
         while len(self._fenced_routes) > _MAX_FENCED_ROUTES:
             self._fenced_routes.popitem(last=False)
         self._counts.add("fenced")
-        n = self._counts.snapshot()["fenced"]
-        if n <= 5 or n % 100 == 0:
+        if PEER_LOG.allow("learner transitions: fenced"):
+            n = self._counts.snapshot()["fenced"]
             log.warning(
                 "learner transitions: an older process of actor %s (stream %s) fenced by epoch %s (#%d)",
                 actor_id,

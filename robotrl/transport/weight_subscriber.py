@@ -25,8 +25,8 @@ from typing import Any, NoReturn
 import numpy.typing as npt
 
 from robotrl.config.transport import TransportConfig
+from robotrl.core.log_limit import EveryFewSeconds
 from robotrl.core.sessions import SessionVersions
-from robotrl.core.throttle import ThrottledLog
 from robotrl.core.types import WeightsHasher, WeightUpdate
 from robotrl.transport import protocol as p
 from robotrl.transport.background import PEER_LOG, Counters
@@ -110,7 +110,7 @@ class WeightSubscriber:
             "refused_old_session",
             *(f"refused_{r}" for r in REFUSALS),
         )
-        self._old_session_log = ThrottledLog(log, clock=clock)
+        self._old_session_log = EveryFewSeconds(log, logging.WARNING, clock=clock)
         self._link.start()
 
     @classmethod
@@ -190,7 +190,7 @@ class WeightSubscriber:
 
     def _on_beat(self, session: str) -> None:
         if not self._follow(session):
-            self._old_session_log.warning(
+            self._old_session_log.event(
                 "weights: heartbeat of replaced publisher session %s ignored", session
             )
 
@@ -216,7 +216,7 @@ class WeightSubscriber:
         if self._follow(session):
             return False
         self._counts.add("refused_old_session")
-        self._old_session_log.warning(
+        self._old_session_log.event(
             "weights: version %d of replaced publisher session %s refused", message.seq, session
         )
         return True

@@ -20,7 +20,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from robotrl.actor.slots import PolicySlots
 from robotrl.core.sessions import OLD_SESSION, STALE_VERSION, SessionVersions
-from robotrl.core.throttle import ThrottledLog
 from robotrl.core.types import WeightUpdate, weights_digest
 from robotrl.transport import protocol as p
 from robotrl.transport.weight_subscriber import WeightSubscriber
@@ -63,25 +62,7 @@ def test_refusals_are_logged_at_most_once_per_interval_with_a_count_of_the_rest(
     slots.stage(bias_update(2, ""))
     lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert slots.refused[STALE_VERSION] == 51 and len(lines) == 2
-    assert "stale_version" in lines[0] and lines[1].endswith("(and 49 like it not logged)")
-
-
-def test_throttled_log_says_what_it_held_back():
-    clock = ManualClock()
-    logger = logging.getLogger("test_throttle")
-    records: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
-    logger.addHandler(handler)
-    try:
-        throttled = ThrottledLog(logger, interval_s=5.0, clock=clock)
-        for i in range(3):
-            throttled.warning("refused %d", i)
-        clock.now = 5.0
-        throttled.warning("refused %d", 3)
-    finally:
-        logger.removeHandler(handler)
-    assert records == ["refused 0", "refused 3 (and 2 like it not logged)"]
+    assert "stale_version" in lines[0] and lines[1].endswith("(50 times since the last such line, 51 in all)")
 
 
 def test_replaced_sessions_are_remembered_up_to_a_bound():
