@@ -145,11 +145,12 @@ class Learner:
         item = self.transitions.recv_item(timeout_s)
         if item is None:
             return False
-        self._count_above_reported_versions(item.batch)
-        if self.admission is not None and not self.admission.admit(
-            item.batch, item.stream, item.seq, self.newest_version()
-        ):
+        # Before its first publish a learner adopts the versions its actors report (no upper
+        # bound yet); only a batch admitted on its other values may raise the count.
+        newest = self.newest_version() if self._published else np.iinfo(np.int64).max
+        if self.admission is not None and not self.admission.admit(item.batch, item.stream, item.seq, newest):
             return True  # acknowledged and dropped: a resend would be refused again
+        self._count_above_reported_versions(item.batch)
         if self.journal is not None:
             try:
                 self.journal.append(item)

@@ -63,7 +63,7 @@ def test_absurd_rewards_and_versions_from_a_peer_are_acked_refused_and_the_check
         poison = episode_batch("hostile", 0, range(TICKS), end="terminated", rewards=rewards)
         assert hostile.send(dataclasses.replace(poison, reward=np.full(TICKS, 3e38, np.float32)))
         assert hostile.send(
-            dataclasses.replace(poison, episode_id=np.full(TICKS, 1), policy_version=np.full(TICKS, 99))
+            dataclasses.replace(poison, episode_id=np.full(TICKS, 1), policy_version=np.full(TICKS, -5))
         )
         assert hostile.flush(120.0) and hostile.stats()["acked"] == 2  # acknowledged: resending is pointless
         for ep in range(GOOD_EPISODES):
