@@ -398,12 +398,13 @@ class TransitionSender:
             else:
                 keys = [(stream, s) for s in range(lo, hi) if (stream, s) in self._entries]
             for key in keys:
-                entry = self._entries.pop(key)
+                entry = self._entries[key]
                 if entry.frames is not None:
                     self._in_memory -= 1
                 if entry.path is not None and self._spool is not None:
                     self._spool.remove(entry.path)
                 self._counts.add("acked")
+                del self._entries[key]  # last: flush() sees an empty ledger only once it is counted
 
     def _mark_all_unsent(self) -> None:
         for entry in self._entries.values():
