@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,11 @@ def run_learner(cfg: RobotRLConfig) -> int:
     import torch
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    # A stop asked for while the learner is built (loading a checkpoint, replaying its journal)
+    # takes effect once it is built: it then checkpoints what it restored instead of dying.
+    stop_asked = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop_asked.set())
     torch.manual_seed(cfg.seed)
     if cfg.learner.torch_threads:
         torch.set_num_threads(cfg.learner.torch_threads)
@@ -167,6 +173,9 @@ def run_learner(cfg: RobotRLConfig) -> int:
     learner = build_learner(cfg, policy, spec, transitions, weights)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: learner.stop())
+    if stop_asked.is_set():
+        logging.getLogger(__name__).info("stop asked for while the learner was built: stopping")
+        learner.stop()
     Console().print(
         f"[bold]robotrl learner[/bold]: {cfg.learner.algorithm.value} "
         f"on {resolve_device(cfg.learner.device)}, "
