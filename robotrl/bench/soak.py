@@ -58,6 +58,9 @@ COMMON = [
     "transport.heartbeat_s=0.2",
     "transport.peer_timeout_s=1.0",
     "transport.curve=true",
+    # Two cameras make a batch ~3.6 MB: 16 in memory (58 MB), the rest of an outage's backlog
+    # waits in the spool on disk, as a camera actor should be configured.
+    "transport.max_inflight_batches=16",
 ]
 LEARNER = [  # speed and size only: nothing here touches what survives a crash
     "learner.rapi.critic_warmup_updates=5",
