@@ -25,23 +25,23 @@ def robotrl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
 
 @pytest.mark.parametrize("role", ["learner", "actor"])
 def test_a_reachable_endpoint_with_curve_off_is_refused_at_start_naming_the_key(role):
-    out = robotrl(role, "transport.transitions_endpoint=tcp://0.0.0.0:5555", "transport.curve=false")
+    out = robotrl(role, "transport.transitions_endpoint=tcp://0.0.0.0:0", "transport.curve=false")
     assert out.returncode == EXIT_USAGE, out.stderr
-    assert "transport.curve" in out.stderr and "tcp://0.0.0.0:5555" in out.stderr
+    assert "transport.curve" in out.stderr and "tcp://0.0.0.0:0" in out.stderr
 
 
 @pytest.mark.parametrize(
     ("endpoint", "local"),
     [
-        ("tcp://127.0.0.1:5555", True),
-        ("tcp://localhost:5555", True),
-        ("tcp://[::1]:5555", True),
+        ("tcp://127.0.0.1:0", True),
+        ("tcp://localhost:0", True),
+        ("tcp://[::1]:0", True),
         ("ipc:///tmp/robotrl-t", True),
         ("inproc://t", True),
-        ("tcp://0.0.0.0:5555", False),
-        ("tcp://*:5555", False),
-        ("tcp://192.168.1.20:5555", False),
-        ("tcp://no-such-host.invalid:5555", False),
+        ("tcp://0.0.0.0:0", False),
+        ("tcp://*:0", False),
+        ("tcp://192.168.1.20:0", False),
+        ("tcp://no-such-host.invalid:0", False),
     ],
 )
 def test_only_loopback_ipc_and_inproc_count_as_local(endpoint, local):
