@@ -179,6 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_NOT_BUILT
     try:
         return _load_entry(role.entry)(cfg)
+    except ConfigError as exc:  # found only once the role reads its inputs (a dataset's size)
+        print(f"robotrl {role.name}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeysError as exc:  # a CURVE key missing, malformed or readable by others
         print(f"robotrl {role.name}: transport.keys_dir: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from lerobot.robots.config import RobotConfig
 
+from robotrl.config.scene import SceneConfig
+
 
 @RobotConfig.register_subclass("robotrl_so101_sim")
 @dataclass(kw_only=True)
@@ -27,3 +29,5 @@ class SO101SimConfig(RobotConfig):  # type: ignore[misc]  # lerobot is untyped
     """Seed of the scene reset on connect."""
     domain_randomization: bool = True
     """Seeded randomisation of the scene on each reset."""
+    scene: SceneConfig = field(default_factory=SceneConfig)
+    """The physical condition (cube placement, mass, friction), as robotrl's ``env.scene``."""

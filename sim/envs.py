@@ -12,6 +12,11 @@ Domain randomisation draws everything from the reset seed: object and goal poses
 cube friction and mass, colours, light, camera pose, and joint calibration offsets
 (observed and commanded joint values are off by a few tenths of a degree, as on a
 real arm). Same seed, same episode.
+
+The ``scene`` (:class:`~robotrl.config.scene.SceneConfig`, ``env.scene``) sets the physical
+condition of the pick-and-place task: the ranges the cube's placement is drawn from and scales
+on its mass and friction, so demonstrations can come from one condition and deployment happen
+in another. The other tasks have no cube and ignore it.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from robotrl.sim.scene import (
 )
 from robotrl.sim.so101 import Array
 
+from robotrl.config.bounds import bound_problems
+from robotrl.config.scene import SceneConfig
 from robotrl.core.types import OUTCOME_INFO_KEY, OUTCOME_SUCCESS, FloatArray
 
 REST_POSE_UNITS = np.array([0.0, -90.0, 85.0, 60.0, 0.0, 20.0], dtype=np.float32)
@@ -119,6 +126,7 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         domain_randomization: bool = True,
         dense_reward: bool = False,
         render_mode: str | None = None,
+        scene: SceneConfig | None = None,
     ) -> None:
         if task not in TASKS:
             raise ValueError(f"unknown SO-101 task {task!r}; known: {sorted(TASKS)}")
@@ -127,6 +135,10 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
             raise ValueError(f"unknown cameras {sorted(unknown)}; the SO-101 scene has 'front' and 'wrist'")
         if control_hz <= 0 or max_episode_ticks <= 0 or image_size < 16:
             raise ValueError("control_hz and max_episode_ticks must be > 0, image_size >= 16")
+        self.scene = scene or SceneConfig()
+        wrong = bound_problems(self.scene)
+        if wrong:
+            raise ValueError("; ".join(f"env.scene.{name}: {msg}" for name, msg in wrong))
         self.task = TASKS[task]
         self.control_hz = float(control_hz)
         self.max_episode_ticks = int(max_episode_ticks)
@@ -210,6 +222,7 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         for key, value in self._nominal.items():
             getattr(m, key)[:] = value
         self._randomize(rng)
+        self._apply_scene()
         q0 = so101.units_to_rad(REST_POSE_UNITS) + rng.uniform(-0.03, 0.03, 6) * np.array([1, 1, 1, 1, 1, 0])
         if self.task.obstacle:  # start turned to one side; the target is on the other
             q0[0] = rng.choice([-1.0, 1.0]) * rng.uniform(0.6, 0.8)
@@ -325,7 +338,7 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
             m.body_pos[self._goal_body] = [r * math.cos(az), r * math.sin(az), rng.uniform(0.04, 0.20)]
             return
         while True:
-            cube_r, cube_az = rng.uniform(0.17, 0.27), rng.uniform(-0.55, 0.55)
+            cube_r, cube_az = rng.uniform(*self.scene.cube_radius), rng.uniform(*self.scene.cube_azimuth)
             zone_r, zone_az = rng.uniform(0.17, 0.27), rng.uniform(-0.6, 0.6)
             cube = np.array([cube_r * math.cos(cube_az), cube_r * math.sin(cube_az)])
             zone = np.array([zone_r * math.cos(zone_az), zone_r * math.sin(zone_az)])
@@ -411,6 +424,16 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
             m.geom_friction[self._cube_geom, 0] *= rng.uniform(0.8, 1.2)
             red = rng.uniform(0.7, 1.0)
             m.geom_rgba[self._cube_geom, :3] = [red, rng.uniform(0.0, 0.3), rng.uniform(0.0, 0.3)]
+
+    def _apply_scene(self) -> None:
+        """Scale the cube's (randomised) mass, inertia and friction by the scene's factors; no
+        draw from the seed's stream, so a scene changes no other part of the episode."""
+        if not self.task.with_cube:
+            return
+        m = self.model
+        m.body_mass[self._cube_body] *= self.scene.cube_mass_scale
+        m.body_inertia[self._cube_body] *= self.scene.cube_mass_scale
+        m.geom_friction[self._cube_geom, 0] *= self.scene.cube_friction_scale
 
     # ---- observation --------------------------------------------------------------------------
     def _observe(self) -> dict[str, Array]:

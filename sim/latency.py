@@ -113,6 +113,22 @@ def load_profile(path: str | Path) -> tuple[float, ...]:
     return tuple(float(v) for v in values)
 
 
+def quantile_seconds(model: LatencyModel, quantile: float, draws: int = 20_000) -> float:
+    """The model's ``quantile`` of inference time, from a fixed-seed sample of ``draws`` (exact
+    for a constant model): the same answer every time it is asked."""
+    rng = np.random.default_rng(0)
+    samples = np.fromiter((model.sample_seconds(rng) for _ in range(draws)), np.float64, draws)
+    return float(np.quantile(samples, quantile, method="inverted_cdf"))
+
+
+def expected_delay_ticks(model: LatencyModel, quantile: float, control_hz: float) -> int:
+    """The delay, in ticks, an actor with this model comes to expect (its delay estimate is the
+    ``quantile`` of recent delays): what the prefix strategy commits to the policy."""
+    from robotrl.actor.latency import seconds_to_ticks
+
+    return seconds_to_ticks(quantile_seconds(model, quantile), control_hz)
+
+
 def build_latency_model(cfg: LatencyConfig) -> LatencyModel:
     """The :class:`LatencyModel` that ``cfg`` describes.
 

@@ -4,7 +4,10 @@ The scripted expert drives the sim; every tick becomes one frame in lerobot 0.6'
 format (``observation.state``, ``observation.images.<camera>``, ``action``,
 ``next.reward``, ``next.done``, ``next.success``, ``task``), written to a local
 directory, never to a hub. The expert reads the cube pose from the sim, but the
-dataset's state has exactly the layout that ``env.privileged_state`` asks for.
+dataset's state has exactly the layout that ``env.privileged_state`` asks for. The dataset
+keeps the ``env.scene`` it was recorded under (read back as
+:attr:`robotrl.data.lerobot_dataset.RecordedDataset.scene`): the source condition of a policy
+trained on it.
 
 ``record.expert_noise`` puts noise into the expert's command, label included (imperfect
 demonstrations). ``record.dart_noise`` is DART (Laskey et al. 2017): the noise is executed
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +70,14 @@ def record(cfg: RobotRLConfig) -> int:
     keep = np.array([env.state_names.index(n) for n in names])
     shapes = {cam: (e.image_size, e.image_size, 3) for cam in env.cameras}
     dataset = DatasetWriter(
-        root, rec.repo_id, e.control_hz, RECORDED_COLUMNS, (names, so101.ACTION_NAMES), shapes, rec.video
+        root,
+        rec.repo_id,
+        e.control_hz,
+        RECORDED_COLUMNS,
+        (names, so101.ACTION_NAMES),
+        shapes,
+        rec.video,
+        scene=asdict(e.scene),
     )
     expert = make_expert(e.id, noise=rec.expert_noise, seed=cfg.seed)
     dart = Dart(rec.dart_noise, seed=cfg.seed)

@@ -49,6 +49,7 @@ def so101_env(cfg: EnvConfig, *, privileged_state: bool) -> SO101Env:
         tip_position=cfg.tip_position,
         domain_randomization=cfg.domain_randomization,
         dense_reward=cfg.dense_reward,
+        scene=cfg.scene,
     )
 
 

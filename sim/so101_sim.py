@@ -60,6 +60,7 @@ class SO101Sim(Robot):  # type: ignore[misc]  # lerobot is untyped
             cameras=tuple(c.sim_cameras),
             image_size=c.image_size,
             domain_randomization=c.domain_randomization,
+            scene=c.scene,
             max_episode_ticks=10**9,  # lerobot's tools decide when an episode ends
         )
         self.env.reset(seed=c.seed)

@@ -19,14 +19,15 @@ import numpy as np
 
 from robotrl.actor.inference import InProcessInference
 from robotrl.actor.latency import DelayEstimator, seconds_to_ticks
-from robotrl.actor.loop import ControlLoop, LoopSettings
+from robotrl.actor.loop import ControlLoop, LoopSettings, early_request_pays
 from robotrl.actor.pace import LearnerPace
 from robotrl.actor.queue import ActionQueue
 from robotrl.actor.recorder import TransitionRecorder, TransitionSink
 from robotrl.actor.slots import PolicySlots
 from robotrl.actor.timing import VirtualTimeScheduler, WallClockScheduler
 from robotrl.actor.worker import ProcessInference, WorkerSpec
-from robotrl.config.actor import ActorConfig
+from robotrl.config.actor import ActorConfig, Strategy
+from robotrl.config.load import ConfigError
 from robotrl.config.policy import PolicyConfig, PolicyKind
 from robotrl.config.schema import RobotRLConfig
 from robotrl.config.transport import TransportConfig
@@ -84,6 +85,7 @@ def build_loop(
         refresh_on_new_weights=cfg.refresh_on_new_weights,
         execution_horizon=cfg.execution_horizon,
         max_prefix=max_prefix,
+        max_in_flight=in_flight(cfg, horizon),
         max_inference_errors=cfg.max_inference_errors,
         seed=cfg.seed,
     )
@@ -174,6 +176,7 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
         weights_kwargs={"transport": transport_json, "actor_id": cfg.actor.actor_id} if online else {},
         weights_layout=online,
         torch_threads=inference_threads(),
+        action_bounds=[list(spec.action_low), list(spec.action_high)],
     )
     backend = ProcessInference(worker_spec)
     trained = backend.info.max_delay
@@ -203,7 +206,11 @@ def _serial_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[In
             cfg.transport, cfg.actor.actor_id, expected=shipped_layout(policies[0])
         )
     trained = trained_max_delay(slots.active)
-    return InProcessInference(slots, weights), slots.active.horizon, max_prefix(cfg.policy, trained)
+    return (
+        InProcessInference(slots, weights, spec.action_bounds()),
+        slots.active.horizon,
+        max_prefix(cfg.policy, trained),
+    )
 
 
 def max_prefix(policy_cfg: PolicyConfig, trained: int | None) -> int:
@@ -284,11 +291,18 @@ def compose_actor(
     env = make_env(cfg)
     if not cfg.policy.path:
         log.warning("policy.path is not set: running a policy with random weights")
+    backend, horizon, prefix_cap = make_backend(cfg, env.spec, online)
+    latency = build_latency_model(cfg.actor.latency) if cfg.actor.virtual_time else None
+    if latency is not None and cfg.actor.strategy is Strategy.prefix:
+        try:
+            check_prefix_covered(cfg, latency, env.spec.control_hz, horizon, prefix_cap)
+        except ConfigError:
+            backend.close()
+            env.close()
+            raise
     dataset = _dataset_recorder(cfg, env.spec)
     if dataset is not None:
         sink = tee(sink, dataset)
-    backend, horizon, prefix_cap = make_backend(cfg, env.spec, online)
-    latency = build_latency_model(cfg.actor.latency) if cfg.actor.virtual_time else None
     recording = None
     if observer is None and cfg.actor.rerun_path:
         from robotrl.viz.rerun import RerunObserver
@@ -312,6 +326,38 @@ def compose_actor(
         assert isinstance(backend, InProcessInference)  # virtual time: the serial runner
         pace = LearnerPace(backend, cfg.actor.versions_per_episode, cfg.actor.weights_wait_s)
     return ActorParts(env, backend, loop, horizon, pace, dataset, recording)
+
+
+def in_flight(cfg: ActorConfig, horizon: int) -> int:
+    """Inferences the actor keeps in flight at most: ``actor.max_in_flight``, or when 0 as many
+    as a delay shorter than the horizon needs in virtual time and one with a local worker."""
+    return cfg.max_in_flight or (horizon if cfg.virtual_time else 1)
+
+
+def check_prefix_covered(
+    cfg: RobotRLConfig, latency: LatencyModel, control_hz: float, horizon: int, trained: int
+) -> None:
+    """Refuse a delay model under which ``prefix`` would commit more actions than the policy was
+    trained to continue (``trained`` ticks, training-time RTC's ``policy.max_delay``): past it the
+    prefix is cut and every switch to a new chunk has a seam. The actor commits the delay it
+    expects, the ``actor.delay_quantile`` of recent delays; one inference at a time, a delay so
+    long that the actor waits like sync instead (:func:`~robotrl.actor.loop.early_request_pays`)
+    commits nothing."""
+    from robotrl.sim.latency import expected_delay_ticks
+
+    q = cfg.actor.delay_quantile
+    ticks = expected_delay_ticks(latency, q, control_hz)
+    pipelined = in_flight(cfg.actor, horizon) > 1
+    if ticks <= trained or not (pipelined or early_request_pays(ticks, horizon)):
+        return
+    lat = cfg.actor.latency
+    source = f"the checkpoint at {cfg.policy.path}" if cfg.policy.path else "policy.max_delay"
+    raise ConfigError(
+        f"actor.latency: {lat.kind.value}:{lat.median_s:g} makes the prefix strategy commit {ticks} ticks"
+        f" (the model's {q:.0%} quantile, actor.delay_quantile), more than the {trained} the policy was"
+        f" trained to continue ({source}). Pretrain with policy.max_delay >= {ticks}, or choose another"
+        " actor.strategy."
+    )
 
 
 def _dataset_recorder(cfg: RobotRLConfig, spec: EnvSpec) -> DatasetRecorder | None:

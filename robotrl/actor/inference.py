@@ -10,13 +10,15 @@ import random
 import sys
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
+from dataclasses import replace
 
 import numpy as np
 
 from robotrl.actor.slots import PolicySlots
+from robotrl.actor.strategies import held_to
 from robotrl.core.protocols import WeightSource
-from robotrl.core.types import InferenceReply, InferenceRequest
+from robotrl.core.types import FloatArray, InferenceReply, InferenceRequest
 
 
 def seed_everything(seed: int) -> None:
@@ -28,18 +30,69 @@ def seed_everything(seed: int) -> None:
         torch.manual_seed(seed)
 
 
-def run_inference(slots: PolicySlots, request: InferenceRequest) -> InferenceReply:
+class Continuations:
+    """The chunks a backend produced lately, so that a pipelined request can continue one
+    (``InferenceRequest.continues``). A backend answers in the order it is asked, so the chunk a
+    request continues is here before that request is computed; its rows are clipped to the
+    action bounds, as the arm will execute them."""
+
+    def __init__(self, bounds: tuple[FloatArray, FloatArray] | None = None, keep: int = 8) -> None:
+        self._bounds = bounds
+        self._keep = keep
+        self._chunks: OrderedDict[int, InferenceReply] = OrderedDict()
+
+    def remember(self, reply: InferenceReply) -> None:
+        if reply.actions is None:
+            return
+        self._chunks[reply.request_id] = reply
+        while len(self._chunks) > self._keep:
+            self._chunks.popitem(last=False)
+
+    def _newest_before(self, request: InferenceRequest) -> InferenceReply | None:
+        """The newest chunk of the request's episode asked for before the one it continues: when
+        that one failed, the arm goes on with this one, which it would have continued."""
+        for reply in reversed(self._chunks.values()):
+            if reply.epoch == request.epoch and reply.request_id < request.continues:
+                return reply
+        return None
+
+    def complete(self, request: InferenceRequest) -> InferenceRequest:
+        """``request`` with its committed prefix filled in from the chunk it continues (or, when
+        that one failed, the newest earlier one of its episode); raises ValueError when there is
+        none."""
+        if request.continues < 0:
+            return request
+        earlier = self._chunks.get(request.continues) or self._newest_before(request)
+        if earlier is None or earlier.epoch != request.epoch or earlier.actions is None:
+            raise ValueError(
+                f"request {request.request_id} continues chunk {request.continues}, which this backend"
+                " has not produced in its episode"
+            )
+        start = min(max(request.observation.tick - earlier.obs_tick, 0), len(earlier.actions) - 1)
+        rows = held_to(earlier.actions[start:], request.delay)  # past its end the arm holds its last
+        if self._bounds is not None:
+            rows = np.clip(rows, *self._bounds)
+        return replace(request, prefix=np.asarray(rows, dtype=np.float32))
+
+
+def run_inference(
+    slots: PolicySlots, request: InferenceRequest, continuations: Continuations | None = None
+) -> InferenceReply:
     """One inference with the active slot; an exception becomes an error reply, not a crash."""
     seed_everything(request.seed)
     start = time.perf_counter()
     version = slots.policy_version
     try:
+        if continuations is not None:
+            request = continuations.complete(request)
+        elif request.continues >= 0:
+            raise ValueError("this backend does not keep chunks for pipelined requests")
         actions = slots.active.infer(request.observation, request.prefix, request.delay)
         actions = np.asarray(actions, dtype=np.float32)
         error = None
     except Exception as exc:  # a policy bug must reach the actor's error budget, not kill the worker
         actions, error = None, f"{type(exc).__name__}: {exc}"
-    return InferenceReply(
+    reply = InferenceReply(
         request_id=request.request_id,
         epoch=request.epoch,
         obs_tick=request.observation.tick,
@@ -48,15 +101,24 @@ def run_inference(slots: PolicySlots, request: InferenceRequest) -> InferenceRep
         infer_s=time.perf_counter() - start,
         error=error,
     )
+    if continuations is not None:
+        continuations.remember(reply)
+    return reply
 
 
 class InProcessInference:
     """The policy runs inside ``submit``; new weights are installed just before an inference."""
 
-    def __init__(self, slots: PolicySlots, weights: WeightSource | None = None) -> None:
+    def __init__(
+        self,
+        slots: PolicySlots,
+        weights: WeightSource | None = None,
+        bounds: tuple[FloatArray, FloatArray] | None = None,
+    ) -> None:
         self.slots = slots
         self._weights = weights
         self._replies: deque[InferenceReply] = deque()
+        self._continuations = Continuations(bounds)
 
     def _stage_arrived(self) -> None:
         if self._weights is not None:
@@ -67,7 +129,7 @@ class InProcessInference:
     def submit(self, request: InferenceRequest) -> None:
         self._stage_arrived()
         self.slots.swap_if_staged()
-        self._replies.append(run_inference(self.slots, request))
+        self._replies.append(run_inference(self.slots, request, self._continuations))
 
     def newest_version(self) -> int:
         """Stages an update that has arrived (in this process loading happens when asked)."""

@@ -30,6 +30,7 @@ class DelayEstimator:
         self._delays: deque[int] = deque(maxlen=window)
         self._quantile = quantile
         self._expected = initial_ticks
+        self._varies = True  # nothing measured yet: hedge
 
     def record(self, delay_ticks: int) -> None:
         """Add a measurement; the quantile is computed here, once per chunk, not per tick."""
@@ -37,10 +38,16 @@ class DelayEstimator:
         ordered = sorted(self._delays)
         rank = math.ceil(self._quantile * len(ordered)) - 1
         self._expected = ordered[max(rank, 0)]
+        self._varies = ordered[0] != ordered[-1]
 
     def expected(self) -> int:
         """The delay to plan for: the quantile of the window (nearest rank), or the initial guess."""
         return self._expected
+
+    def varies(self) -> bool:
+        """Whether the remembered delays differ (True before the first measurement). A delay that
+        has not varied needs no safety margin: asking earlier would only replan earlier."""
+        return self._varies
 
     def __len__(self) -> int:
         return len(self._delays)

@@ -23,6 +23,7 @@ from robotrl.actor.latency import DelayEstimator
 from robotrl.actor.queue import ActionQueue, ChunkRefusedError
 from robotrl.actor.recorder import TransitionRecorder
 from robotrl.actor.safety import ActionClipper
+from robotrl.actor.strategies import held_to
 from robotrl.actor.timing import Arrival, InferenceFailedError, VirtualTimeScheduler, WallClockScheduler
 from robotrl.config.actor import Strategy
 from robotrl.core.clock import Clock
@@ -46,12 +47,26 @@ class LoopSettings:
     many planned actions are left (RTC's execution horizon); 0: only when they run low."""
     max_prefix: int = 12
     """Longest committed prefix given to the policy (the delays it was trained with)."""
+    max_in_flight: int = 1
+    """prefix: inferences in flight at once. Above 1 (pipelined), a new request is made while
+    others are computed whenever the newest one's chunk would leave no more than the expected
+    delay, so the delay estimate drives how many are in flight; 1: one at a time."""
     max_inference_errors: int = 3
     """Consecutive failed inferences before the loop stops and reports."""
     first_chunk_timeout_s: float = 60.0
     """How long the robot may wait for the first chunk of an episode (warm-up included)."""
     seed: int = 0
     """Base of the per-request seeds of the policy's sampling."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A request in flight: its observation's tick, the actions it commits, and whether its
+    chunk starts where it arrives (a stop-and-wait request) instead of at that tick."""
+
+    obs_tick: int
+    prefix_len: int
+    at_arrival: bool
 
 
 @dataclass
@@ -83,6 +98,18 @@ class EpisodeResult:
     jerk_rms: float = 0.0
     lateness_ms: list[float] = field(default_factory=list)
     failure: str | None = None
+
+
+def early_request_pays(delay: int, horizon: int) -> bool:
+    """Whether asking for the next chunk before the plan runs out moves the arm more per tick
+    than letting it run out and waiting, for a continuing (``prefix``) chunk.
+
+    Asked ``delay`` ticks early, each chunk adds ``horizon - delay`` new actions, one chunk per
+    ``max(delay, horizon - delay)`` ticks; asked when the plan is empty, it adds ``horizon``
+    actions per ``horizon + delay`` ticks, the arm holding still while it waits. Asking early
+    pays while ``(horizon - delay) / delay >= horizon / (horizon + delay)`` beyond half the chunk
+    (always below it): up to ``delay ~ 0.62 horizon`` (19 of 32 ticks)."""
+    return (horizon - delay) * (horizon + delay) >= horizon * delay
 
 
 def jerk_rms(actions: FloatArray, dt: float) -> float:
@@ -119,7 +146,7 @@ class ControlLoop:
         self.safety = ActionClipper(env.spec)
         self._next_request_id = 0
         self._consecutive_errors = 0
-        self._pending_prefix = 0  # committed prefix length of the request in flight
+        self._flight: dict[int, Pending] = {}  # the requests in flight, oldest first
         self._requested_tick = 0  # observation tick of the newest request
         self._running_version = -1  # policy version of the newest chunk merged
         self._episode_id = -1
@@ -132,24 +159,42 @@ class ControlLoop:
     # -- chunks -------------------------------------------------------------------
 
     def _request(self, obs: Observation, episode_id: int) -> None:
-        """Ask for a chunk from ``obs``; under ``prefix`` hand over the committed actions."""
-        prefix, delay = None, 0
+        """Ask for a chunk from ``obs``; under ``prefix`` hand over the committed actions.
+
+        A prefix request made while the plan is empty and nothing is in flight is a stop-and-wait
+        request: the arm holds still until the chunk arrives, so the chunk starts where it
+        arrives, as sync's does. One made while another is in flight (pipelined) continues that
+        one's chunk, which only the backend knows yet: it fills the committed actions in."""
+        prefix, delay, continues = None, 0, -1
+        at_arrival = self.settings.strategy is Strategy.sync
         if self.settings.strategy is Strategy.prefix:
-            delay = min(self.estimator.expected(), self.queue.remaining(obs.tick), self.settings.max_prefix)
-            # The committed actions as the robot will execute them (clipped), which is what the
-            # policy was trained on: the executed actions of demonstrations and online rows.
-            prefix = self.safety.bound(self.queue.committed(obs.tick, delay)) if delay else None
+            left = self.queue.remaining(obs.tick)
+            delay = min(self.estimator.expected(), self.settings.max_prefix)
+            if self._flight and delay:
+                continues = next(reversed(self._flight))
+            elif left:
+                prefix = self._committed(obs.tick, delay, left) if delay else None
+            else:
+                at_arrival, delay = True, 0
         rid = self._next_request_id
         self._next_request_id += 1
         seed = hash((self.settings.seed, episode_id, rid)) & 0x7FFF_FFFF
-        request = InferenceRequest(rid, self.queue.epoch, obs, prefix, delay, seed)
+        request = InferenceRequest(rid, self.queue.epoch, obs, prefix, delay, seed, continues)
         self.scheduler.request(request, obs.tick)
-        self._pending_prefix = delay
+        self._flight[rid] = Pending(obs.tick, delay, at_arrival)
         self._requested_tick = obs.tick
+
+    def _committed(self, tick: int, delay: int, left: int) -> FloatArray:
+        """The ``delay`` actions the robot will execute from ``tick`` while the chunk is computed,
+        as it will execute them (clipped: what the policy was trained on, the executed actions of
+        demonstrations and online rows): the plan's, then its last action held where the plan
+        ends first, which is what the arm does when it runs out."""
+        return self.safety.bound(held_to(self.queue.committed(tick, min(delay, left)), delay))
 
     def _accept(self, arrival: Arrival, result: EpisodeResult) -> None:
         """Merge an arrived chunk, or count why it was refused or failed."""
         reply = arrival.reply
+        pending = self._flight.pop(reply.request_id, Pending(reply.obs_tick, 0, False))
         if reply.error is not None or reply.actions is None:
             self._consecutive_errors += 1
             result.inference_errors += 1
@@ -157,17 +202,16 @@ class ControlLoop:
             return
         self._consecutive_errors = 0
         delay = arrival.ready_tick - reply.obs_tick
-        sync = self.settings.strategy is Strategy.sync
         try:
             chunk = ActionChunk(
                 chunk_id=reply.request_id,
                 actions=reply.actions,
                 obs_tick=reply.obs_tick,
                 ready_tick=arrival.ready_tick,
-                start_tick=arrival.ready_tick if sync else reply.obs_tick,
+                start_tick=arrival.ready_tick if pending.at_arrival else reply.obs_tick,
                 policy_version=reply.policy_version,
                 epoch=reply.epoch,
-                prefix_len=min(self._pending_prefix, len(reply.actions)) if reply.actions.ndim == 2 else 0,
+                prefix_len=min(pending.prefix_len, len(reply.actions)) if reply.actions.ndim == 2 else 0,
             )
             self.queue.merge(chunk, arrival.ready_tick)
         except ChunkRefusedError as exc:
@@ -186,26 +230,41 @@ class ControlLoop:
         self._running_version = reply.policy_version
         result.delays.append(delay)
         result.policy_versions.append(reply.policy_version)
-        if self.settings.strategy is Strategy.prefix and delay > self._pending_prefix:
+        if self.settings.strategy is Strategy.prefix and delay > pending.prefix_len:
             result.prefix_overruns += 1  # ran past the committed prefix: a small seam at the switch
 
     def _take_news(self, tick: int, result: EpisodeResult) -> None:
-        """Merge the chunk that arrived by ``tick``, if any; note a failure in ``result``."""
+        """Merge the chunks that arrived by ``tick``, oldest first; note a failure in ``result``."""
         try:
             news = self.scheduler.arrived(tick)
         except InferenceFailedError as exc:
-            result.failure, news = str(exc), None
-        if news is not None:
-            self._accept(news, result)
+            result.failure, news = str(exc), []
+        for arrival in news:
+            self._accept(arrival, result)
         result.failure = result.failure or self._failure()
 
     def _wants_chunk(self, tick: int, result: EpisodeResult) -> bool:
-        if self.scheduler.in_flight:
-            return False
+        strategy = self.settings.strategy
+        pipelined = strategy is Strategy.prefix and self.settings.max_in_flight > 1
+        if self._flight and (not pipelined or len(self._flight) >= self.settings.max_in_flight):
+            return False  # the common tick: waiting on the inference in flight
+        expected = self.estimator.expected()
+        margin = self.settings.margin_ticks if self.estimator.varies() else 0
+        if self._flight:
+            newest = self._flight[next(reversed(self._flight))]
+            if newest.at_arrival:
+                return False  # where its chunk starts is known only when it arrives
+            return newest.obs_tick + self.queue.horizon - tick <= expected + margin
         left = self.queue.remaining(tick)
-        if self.settings.strategy is Strategy.sync:
+        if strategy is Strategy.sync:
             return left == 0
-        if left <= self.estimator.expected() + self.settings.margin_ticks:
+        if (
+            strategy is Strategy.prefix
+            and not pipelined
+            and not early_request_pays(expected, self.queue.horizon)
+        ):
+            return left == 0  # so long a delay that stopping to wait moves the arm more
+        if left <= expected + margin:
             return True
         horizon = self.settings.execution_horizon
         if horizon and tick - self._requested_tick >= horizon:
@@ -288,7 +347,8 @@ class ControlLoop:
         self._episode_id = episode_id
         self.queue.reset()
         self._consecutive_errors = 0
-        self._pending_prefix = 0
+        self._flight.clear()
+        self.scheduler.forget()
         obs = self.env.reset(seed=seed)
         try:
             self._request(obs, episode_id)

@@ -40,7 +40,8 @@ def chunk_too_short(p90_delay_ticks: float | None, horizon: int, margin_ticks: i
     return (
         f"inference takes {p90_delay_ticks:.0f} ticks (p90), more than the {longest} a {horizon}-step "
         f"chunk can hide (one inference in flight, margin {margin_ticks}): the robot holds still "
-        f"before every new chunk. Use a longer policy.horizon (>= {needed}) or a faster policy or host."
+        f"before every new chunk. Use a longer policy.horizon (>= {needed}), a faster policy or host, or"
+        " pipelined inference (actor.max_in_flight > 1) with a server that computes several at once."
     )
 
 

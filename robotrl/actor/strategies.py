@@ -85,6 +85,14 @@ class Plan:
         return max(self.end_tick - tick, 0)
 
 
+def held_to(rows: FloatArray, length: int) -> FloatArray:
+    """``rows`` cut or extended to ``length``, the last row repeated past their end: what the arm
+    executes from a plan that runs out (it holds its last command)."""
+    if len(rows) >= length:
+        return rows[:length]
+    return np.concatenate([rows, np.repeat(rows[-1:], length - len(rows), axis=0)])
+
+
 def merge(plan: Plan, chunk: ActionChunk, now: int, strategy: Strategy, blend_decay: float) -> Plan:
     """The plan from ``now`` on after ``chunk`` arrives at tick ``now``."""
     new = Plan.from_chunk(chunk).from_tick(now)

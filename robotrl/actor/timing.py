@@ -32,48 +32,46 @@ class InferenceFailedError(RuntimeError):
 
 
 class _Scheduler:
-    """What both modes share: the backend, and the one request that may be in flight."""
+    """What both modes share: the backend, and the requests in flight, oldest first (a backend
+    answers in the order it is asked)."""
 
     def __init__(self, backend: InferenceBackend, control_hz: float, timeout_s: float) -> None:
         self.backend = backend
         self._hz = control_hz
         self._timeout_s = timeout_s
-        self._request_id: int | None = None
+        self._in_flight: dict[int, float] = {}
+        """request id -> when it was sent (wall clock, seconds) or is due (virtual time, tick)."""
 
-    @property
-    def in_flight(self) -> bool:
-        return self._request_id is not None
+    def forget(self) -> None:
+        """A new episode: answers to the requests in flight are skipped when they come."""
+        self._in_flight.clear()
 
-    def _submit(self, request: InferenceRequest) -> None:
+    def _submit(self, request: InferenceRequest, stamp: float) -> None:
         self.backend.submit(request)
-        self._request_id = request.request_id
+        self._in_flight[request.request_id] = stamp
 
     def _is_answer(self, reply: InferenceReply) -> bool:
-        """True (and nothing is in flight any more) if ``reply`` answers the request in flight;
-        replies to requests of an earlier episode may still be queued and are skipped."""
-        if reply.request_id != self._request_id:
-            return False
-        self._request_id = None
-        return True
+        """True (and it is no longer in flight) if ``reply`` answers a request in flight; replies
+        to requests of an earlier episode may still be queued and are skipped."""
+        return self._in_flight.pop(reply.request_id, None) is not None
 
 
 class WallClockScheduler(_Scheduler):
     def __init__(self, backend: InferenceBackend, clock: Clock, control_hz: float, timeout_s: float) -> None:
         super().__init__(backend, control_hz, timeout_s)
         self._clock = clock
-        self._sent_at: float | None = None
 
     def request(self, request: InferenceRequest, tick: int) -> None:
-        self._submit(request)
-        self._sent_at = self._clock.now()
+        self._submit(request, self._clock.now())
 
-    def arrived(self, tick: int) -> Arrival | None:
-        reply = self.backend.poll()
-        if reply is None:
-            return None
-        if self._is_answer(reply):
-            self._sent_at = None
-        return Arrival(reply, tick)
+    def arrived(self, tick: int) -> list[Arrival]:
+        """Every reply the backend holds, in order, stamped at ``tick`` (a stale one is refused
+        by the queue for its episode epoch)."""
+        out = []
+        while (reply := self.backend.poll()) is not None:
+            self._is_answer(reply)
+            out.append(Arrival(reply, tick))
+        return out
 
     def await_first(self, tick: int, timeout_s: float) -> tuple[Arrival, int]:
         """Block for the in-flight chunk while the robot waits (episode start).
@@ -90,19 +88,24 @@ class WallClockScheduler(_Scheduler):
                     self.failure() or f"no chunk within {timeout_s:.1f} s of the request"
                 )
             if self._is_answer(reply):
-                self._sent_at = None
                 return Arrival(reply, tick), seconds_to_ticks(self._clock.now() - start, self._hz)
 
     def failure(self) -> str | None:
         reason = self.backend.failure()
         if reason is not None:
             return reason
-        if self._sent_at is not None and self._clock.now() - self._sent_at > self._timeout_s:
-            return f"inference request {self._request_id} got no answer within {self._timeout_s:.1f} s"
+        if self._in_flight:
+            rid, sent_at = next(iter(self._in_flight.items()))
+            if self._clock.now() - sent_at > self._timeout_s:
+                return f"inference request {rid} got no answer within {self._timeout_s:.1f} s"
         return None
 
 
 class VirtualTimeScheduler(_Scheduler):
+    """Each request's delay is drawn from the latency model; requests in flight together are
+    answered in order (a request due before an earlier one waits for it), as a server that
+    works on several at once but answers them in turn."""
+
     def __init__(
         self,
         backend: InferenceBackend,
@@ -114,32 +117,39 @@ class VirtualTimeScheduler(_Scheduler):
         super().__init__(backend, control_hz, timeout_s)
         self._latency = latency
         self._rng = rng
-        self._due_tick: int | None = None
 
     def request(self, request: InferenceRequest, tick: int) -> None:
-        self._submit(request)
-        self._due_tick = tick + seconds_to_ticks(self._latency.sample_seconds(self._rng), self._hz)
+        due = tick + seconds_to_ticks(self._latency.sample_seconds(self._rng), self._hz)
+        if self._in_flight:
+            due = max(due, int(next(reversed(self._in_flight.values()))))
+        self._submit(request, due)
 
-    def _collect(self) -> InferenceReply:
+    def _collect(self, request_id: int) -> InferenceReply:
         while True:
             reply = self.backend.wait(self._timeout_s)
             if reply is None:
                 raise InferenceFailedError(self.failure() or f"no chunk within {self._timeout_s:.1f} s")
-            if self._is_answer(reply):
+            if reply.request_id == request_id:
+                del self._in_flight[request_id]
                 return reply
+            if reply.request_id in self._in_flight:
+                raise InferenceFailedError(
+                    f"reply {reply.request_id} came before {request_id}'s: out of order"
+                )
 
-    def arrived(self, tick: int) -> Arrival | None:
-        if self._due_tick is None or not self.in_flight or tick < self._due_tick:
-            return None
-        due, self._due_tick = self._due_tick, None
-        return Arrival(self._collect(), due)
+    def arrived(self, tick: int) -> list[Arrival]:
+        """The chunks due by ``tick``, oldest first, each stamped at its due tick."""
+        out = []
+        for rid, due in list(self._in_flight.items()):
+            if due > tick:
+                break
+            out.append(Arrival(self._collect(rid), int(due)))
+        return out
 
     def await_first(self, tick: int, timeout_s: float) -> tuple[Arrival, int]:
         """The episode's first chunk: the world waits, so it arrives at ``tick``."""
-        assert self._due_tick is not None
-        waited = self._due_tick - tick
-        self._due_tick = None
-        return Arrival(self._collect(), tick), waited
+        rid, due = next(iter(self._in_flight.items()))
+        return Arrival(self._collect(rid), tick), int(due) - tick
 
     def failure(self) -> str | None:
         return self.backend.failure()

@@ -35,9 +35,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import zmq
 
-from robotrl.actor.inference import run_inference, seed_everything
+from robotrl.actor.inference import Continuations, run_inference, seed_everything
 from robotrl.actor.slots import PolicySlots
 from robotrl.actor.timing import InferenceFailedError
 from robotrl.core.protocols import ChunkPolicy, WeightSource
@@ -82,6 +83,9 @@ class WorkerSpec:
     """torch intra-op threads in the worker; None leaves torch's default."""
     pythonpath: list[str] = field(default_factory=list)
     """Extra import paths for the factories (tests put their doubles here)."""
+    action_bounds: list[list[float]] | None = None
+    """[low, high] of the arm's actions: the committed rows of a pipelined request are clipped
+    to them, as the arm executes them (``Continuations``); None: not clipped."""
 
 
 def _trained_max_delay(policy: ChunkPolicy) -> int:
@@ -168,6 +172,11 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
         source = _import(spec.weights_factory)(**kwargs)
         loader = threading.Thread(target=_load_weights_forever, args=(slots, source, stop, ctx), daemon=True)
         loader.start()
+    bounds = None
+    if spec.action_bounds is not None:
+        low, high = (np.asarray(b, dtype=np.float32) for b in spec.action_bounds)
+        bounds = (low, high)
+    continuations = Continuations(bounds)
     parent = os.getppid()
     ready = WorkerReady(
         active.horizon, _trained_max_delay(active), active.action_dim, slots.policy_version, os.getpid()
@@ -195,7 +204,7 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
                 log.warning("worker ignores a %r message", msg.kind)
                 continue
             slots.swap_if_staged()  # between two inferences, never during one
-            reply = run_inference(slots, request)
+            reply = run_inference(slots, request, continuations)
             sock.send_multipart(encode(reply_to_message(reply)))
     finally:
         stop.set()

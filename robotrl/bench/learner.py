@@ -35,11 +35,11 @@ from robotrl.config.learner import LearnerConfig, RapiConfig
 from robotrl.config.policy import PolicySize
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core.batch import TransitionBatch
-from robotrl.core.types import EnvSpec, WeightUpdate
+from robotrl.core.types import EnvSpec
 from robotrl.learner.loop import Learner
 from robotrl.learner.main import build_learner
 from robotrl.learner.torch_utils import resolve_device
-from robotrl.transport.inproc import TransitionQueue
+from robotrl.transport.inproc import DroppedWeights, TransitionQueue
 
 BATCH_TRANSITIONS = 64
 STATE_DIM = 12
@@ -102,20 +102,6 @@ class Stream:
         episode = self._i // 4
         self._i += 1
         return dataclasses.replace(base, episode_id=np.full(BATCH_TRANSITIONS, episode, np.int64))
-
-
-class _Discard:
-    """A weight link that drops updates (a bench must not hold every version in memory)."""
-
-    def __init__(self) -> None:
-        self.sent = 0
-
-    def send(self, item: WeightUpdate) -> bool:
-        self.sent += 1
-        return True
-
-    def close(self) -> None:
-        pass
 
 
 def _default_policy(cfg: RobotRLConfig, spec: EnvSpec) -> Any:
@@ -217,7 +203,7 @@ def _measure(cfg: RobotRLConfig, policy: Any, spec: EnvSpec, seconds: float) -> 
     stream = Stream(np.random.default_rng(0))
     with tempfile.TemporaryDirectory(prefix="robotrl-bench-learner-") as tmp:
         cfg.run_dir = tmp
-        learner = build_learner(cfg, policy, spec, inbox, _Discard(), console=False)
+        learner = build_learner(cfg, policy, spec, inbox, DroppedWeights(), console=False)
         try:
             capacity = cfg.learner.online_capacity
             # 0. first fill: every page of the memory-mapped images is written for the first time

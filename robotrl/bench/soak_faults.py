@@ -237,8 +237,11 @@ class Faults:
 
     def learner_restart_without_checkpoint(self, record: FaultRecord) -> None:
         """Stop the learner (a final checkpoint), move its state aside as an ended session, and
-        start it on the bare run folder: version numbers start again from 0."""
-        self.soak.learner.stop(signal.SIGTERM, 120)
+        start it on the bare run folder: version numbers start again from 0. The learner must be
+        running first: a SIGTERM before `robotrl learner` installs its handler (a learner just
+        restarted by the fault before, still importing) kills it without that checkpoint, and
+        the batches its journal holds would be moved aside unaccounted."""
+        self._running_learner().stop(signal.SIGTERM, 120)
         session = self.soak.root / "sessions" / str(len(self.sessions))
         session.mkdir(parents=True)
         for name in (run_folder.CHECKPOINTS, run_folder.JOURNAL):
@@ -253,6 +256,14 @@ class Faults:
         learner = self.soak.learner
         if learner.wait_for_log(re.escape(HOOKS_READY), learner.log_mark, 120.0) is None:
             raise RuntimeError(f"the learner did not install its fault hooks within 120 s; see {learner.log}")
+        return learner
+
+    def _running_learner(self) -> Role:
+        """The learner, once its current incarnation is built and running (its banner printed):
+        from then on a SIGTERM stops it with a final checkpoint."""
+        learner = self._hooked_learner()
+        if learner.wait_for_log(r"robotrl learner\S*: \S+ on ", learner.log_mark, 120.0) is None:
+            raise RuntimeError(f"the learner did not start running within 120 s; see {learner.log}")
         return learner
 
     def _journal(self) -> Path:

@@ -33,9 +33,10 @@ class ActorConfig:
     delay_quantile: float = field(default=0.9, metadata=bounds(gt=0, lt=1))
     """Quantile of recent delays used as the expected delay."""
     margin_ticks: int = field(default=2, metadata=bounds(ge=0))
-    """Start the next inference when actions left <= expected delay + margin. Two ticks cover the
-    odd inference a little slower than the delay quantile (measured: 0 starved ticks in 60 s of
-    `robotrl bench actor`, against 1-3 with one)."""
+    """Start the next inference when actions left <= expected delay + margin, while the recent
+    delays vary (a steady delay needs none, so at 0 ms every strategy does what sync does). Two
+    ticks cover the odd inference a little slower than the delay quantile (measured: 0 starved
+    ticks in 60 s of `robotrl bench actor`, against 1-3 with one)."""
     refresh_on_new_weights: bool = True
     """Async strategies: ask for a chunk as soon as newer weights are loaded, instead of running
     out the current plan first (new weights act within one inference of arriving)."""
@@ -44,6 +45,13 @@ class ActorConfig:
     request, however many planned actions are left (RTC's execution horizon s): the robot then
     acts on observations at most s + delay ticks old instead of up to a chunk old, at more
     inferences per second. 0: ask only when the plan runs low (or newer weights arrive)."""
+    max_in_flight: int = field(default=0, metadata=bounds(ge=0, note="0: auto"))
+    """prefix: inferences in flight at once (pipelined inference). When one chunk cannot cover the
+    delay (past half its length), the next request is made while the last is computed and
+    continues its chunk, so the arm never waits up to a delay of one horizon. 0: as many as the
+    delay needs in virtual time, whose latency model draws each request's delay as a server
+    with spare capacity would; 1 with a local worker process (wall clock), which computes one at
+    a time, so a second request would only wait behind the first."""
     blend_decay: float = field(default=0.5, metadata=bounds(ge=0, le=1))
     """blend: weight of the old chunk decays by this factor per overlapping tick."""
     episodes: int = field(default=10, metadata=bounds(ge=0))

@@ -42,6 +42,8 @@ class Bounds:
     """A list must hold something."""
     distinct: bool = False
     """A list must not hold a value twice."""
+    low_high: bool = False
+    """A list must be a range: two numbers, ``[low, high]`` with low <= high."""
     each: Callable[[Any], object] | None = None
     """Called with every list item or dict value; its ValueError's message is the problem."""
     note: str = ""
@@ -164,6 +166,9 @@ def _list_problems(value: list[Any], b: Bounds) -> list[str]:
         out.append(f"must hold values {b.range_text()}{note}, got {value}")
     if b.distinct and len(set(value)) != len(value):
         out.append(f"lists a value twice: {value}")
+    if b.low_high and (len(value) != 2 or value[0] > value[1]):
+        within = f", each {b.range_text()}" if b.numeric() else ""
+        out.append(f"must be a range [low, high], low <= high{within}, got {value}")
     for item in value:
         out += _each_problem(item, b)
     return out

@@ -1,11 +1,13 @@
 """The ``env`` group: which task runs and what the policy observes; ``env.takeover``: when the
-sim's scripted expert takes over from the policy."""
+sim's scripted expert takes over from the policy; ``env.scene``: the sim's physical condition
+(:mod:`robotrl.config.scene`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from robotrl.config.bounds import bounds
+from robotrl.config.scene import SceneConfig
 
 
 @dataclass
@@ -74,6 +76,8 @@ class EnvConfig:
     """Add a dense shaping term in [-1, 0] to the sparse success reward."""
     takeover: TakeoverConfig = field(default_factory=TakeoverConfig)
     """When the sim's scripted expert takes over from the policy (off by default)."""
+    scene: SceneConfig = field(default_factory=SceneConfig)
+    """The sim's physical condition: cube placement, mass and friction (pick-and-place only)."""
 
     @property
     def pick_place(self) -> bool:

@@ -3,7 +3,8 @@ fine-tuning runs the demo may compare, and the seeds its runs use."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from robotrl.config.actor import Strategy
@@ -12,16 +13,31 @@ from robotrl.config.latency import parse_latency
 from robotrl.config.learner import AlgorithmKind
 
 if TYPE_CHECKING:
+    from robotrl.config.scene import SceneConfig
     from robotrl.config.schema import RobotRLConfig
 
-FINETUNE_RUNS: dict[str, tuple[AlgorithmKind, dict[str, Any]]] = {
-    "rapi": (AlgorithmKind.rapi, {}),
-    "bc": (AlgorithmKind.bc, {}),
-    # Continued imitation: the same budget of BC updates on the demonstrations alone (and any
-    # human interventions), none of the policy's own episodes, so no reward selects what it imitates.
-    "bc_demos": (AlgorithmKind.bc, {"anchor_fraction": 1.0, "fastest_successes": 0}),
+
+@dataclass(frozen=True)
+class FinetuneRun:
+    """One kind of fine-tuning run the demo may compare: its learner and whether the scripted
+    expert's takeovers (``env.takeover``, as the preset sets them) stay on while it fine-tunes."""
+
+    algorithm: AlgorithmKind
+    learner: dict[str, Any] = field(default_factory=dict)
+    """LearnerConfig fields this run sets."""
+    takeovers: bool = True
+
+
+FINETUNE_RUNS: dict[str, FinetuneRun] = {
+    "rapi": FinetuneRun(AlgorithmKind.rapi),
+    "bc": FinetuneRun(AlgorithmKind.bc),
+    # HG-DAgger-style: the same budget of BC updates on the demonstrations and the takeovers'
+    # segments alone, none of the policy's own episodes, so no reward selects what it imitates.
+    "bc_demos": FinetuneRun(AlgorithmKind.bc, {"anchor_fraction": 1.0, "fastest_successes": 0}),
+    # RAPI from its own episodes and reward only: what the takeovers add.
+    "rapi_no_takeover": FinetuneRun(AlgorithmKind.rapi, takeovers=False),
 }
-"""The fine-tuning runs `experiment.algorithms` may list: name -> (learner.algorithm, learner fields)."""
+"""The fine-tuning runs `experiment.algorithms` may list, by name."""
 
 EXPERIMENTS = ("demo", "latency_sweep")
 
@@ -33,13 +49,37 @@ class ExperimentConfig:
     output_dir: str = "runs/demo"
     """Folder of every artefact; a second run reuses what is there (delete it to start over)."""
     demos: int = field(default=20, metadata=bounds(gt=0))
-    """Scripted expert demonstrations recorded for pretraining and the anchor buffer."""
+    """Scripted expert demonstrations recorded for pretraining and the anchor buffer, in the
+    source condition (``env.scene``)."""
+    shift: dict[str, Any] | None = None
+    """The deployment shift: ``env.scene`` fields that the target condition changes (e.g.
+    ``{cube_azimuth: [0.55, 0.85]}``). Demonstrations and pretraining see the source condition
+    (``env.scene``); validation, every evaluation, the offline control and fine-tuning the
+    target. null: no shift (on the command line ``experiment.shift=null``: Hydra merges ``{}``
+    into a preset's shift instead of replacing it)."""
     pretrain_steps: int = field(default=4000, metadata=bounds(gt=0))
-    """Behaviour-cloning steps of the pretrained baseline."""
+    """Behaviour-cloning steps of the longest pretraining; the baseline's budget is chosen up to it."""
+    select_every: int = field(default=0, metadata=bounds(ge=0, note="0: the last step"))
+    """Candidate pretraining budgets: every multiple of this many steps up to ``pretrain_steps``.
+    The best offline policy is the candidate with the highest success on the validation seeds
+    (the fewest steps among equals). 0: the policy after ``pretrain_steps``, unvalidated."""
+    validation_episodes: int = field(default=50, metadata=bounds(gt=0))
+    """Episodes per candidate on the validation seeds (apart from every other seed block)."""
+    validation_seed: int = 2_000_000
+    """Seed of the first validation episode."""
+    offline_control: bool = True
+    """Also train the offline control: the best offline policy given a fine-tune's number of
+    updates (``update_groups`` x ``learner.actor_updates_per_group``) on the demonstrations alone,
+    with the fine-tunes' learner settings (``learner.offline``), no online row, no takeover."""
     eval_episodes: int = field(default=50, metadata=bounds(gt=0))
     """Fixed-seed evaluation episodes before and after fine-tuning (same seeds every time)."""
     eval_seed: int = 1_000_000
     """Seed of the first evaluation episode (far from the training seeds)."""
+    curve_seed: int = 3_000_000
+    """Seed of the first episode of the learning curve's evaluations of the learner's policy
+    snapshots: a block apart from the final evaluation's and the online episodes' seeds."""
+    curve_episodes: int = field(default=20, metadata=bounds(gt=0))
+    """Fixed-seed episodes of each learning-curve evaluation (few: one per snapshot)."""
     online_episodes: int = field(default=40, metadata=bounds(gt=0))
     """Online episodes per actor in each fine-tuning run: the budget, equal for rapi and bc."""
     update_groups: int = field(default=200, metadata=bounds(gt=0))
@@ -52,7 +92,8 @@ class ExperimentConfig:
     )
     """Fine-tuning runs to compare (FINETUNE_RUNS): rapi; bc on the same buffers as rapi (its anchor
     keeps the fastest successes too); bc_demos, continued imitation of the anchor's demonstrations
-    (and, with takeovers, of their segments: HG-DAgger's data), no online episodes."""
+    and, with takeovers, of their segments (HG-DAgger), no online episodes; rapi_no_takeover,
+    RAPI without the scripted expert's takeovers."""
     repeats: int = field(default=1, metadata=bounds(gt=0))
     """Fine-tuning runs per algorithm, each with its own seeds (learner seed + k, online episode
     seeds one actor stride further per actor): one run's success moves by ~10 points from run to
@@ -91,6 +132,10 @@ class ExperimentConfig:
         metadata=bounds(choices=tuple(s.value for s in Strategy), nonempty=True, distinct=True),
     )
     """latency_sweep: execution strategies to compare, each once."""
+    seeds: int = field(default=1, metadata=bounds(gt=0))
+    """latency_sweep: policies pretrained on the same demonstrations with seeds seed, seed + 1, ...;
+    every cell runs once per policy and the table pools them, so a finding does not rest on one
+    pretraining run (floating point differs between machines, and with it the policy)."""
     sweep_episodes: int = field(default=20, metadata=bounds(gt=0))
     """latency_sweep: fixed-seed episodes per (latency, strategy) cell."""
     sweep_workers: int = field(default=0, metadata=bounds(ge=0, note="0: one per core"))
@@ -103,21 +148,73 @@ def demo_online_seeds(cfg: RobotRLConfig, run: int, actor: int) -> int:
     return cfg.actor.seed + (run * cfg.experiment.actors + actor) * cfg.launch.actor_seed_stride
 
 
+SEED_BLOCKS = {
+    "actor.seed": "the fine-tuning runs' online seeds",
+    "experiment.eval_seed": "the final evaluation seeds",
+    "experiment.validation_seed": "the validation seeds",
+    "experiment.curve_seed": "the learning curve's seeds",
+}
+"""What each block of episode seeds is for, by the field that sets it; a clash names the later."""
+
+
+def seed_blocks(cfg: RobotRLConfig) -> dict[str, tuple[int, int]]:
+    """Every block of episode seeds the demo uses, by the field that sets it: (first, last)."""
+    ex = cfg.experiment
+    first_online = demo_online_seeds(cfg, 0, 0)
+    last_online = demo_online_seeds(cfg, ex.repeats - 1, ex.actors - 1) + ex.online_episodes - 1
+    blocks = {
+        "actor.seed": (first_online, last_online),
+        "experiment.eval_seed": (ex.eval_seed, ex.eval_seed + ex.eval_episodes - 1),
+    }
+    if ex.select_every:
+        blocks["experiment.validation_seed"] = (
+            ex.validation_seed,
+            ex.validation_seed + ex.validation_episodes - 1,
+        )
+    blocks["experiment.curve_seed"] = (ex.curve_seed, ex.curve_seed + ex.curve_episodes - 1)
+    return blocks
+
+
 def demo_seed_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
-    """The demo must never fine-tune on its evaluation seeds (that would score memorised episodes).
+    """The demo must never fine-tune, validate or draw its learning curve on its evaluation seeds
+    (that would score memorised episodes, or select on them), nor choose its baseline on the
+    episodes it fine-tunes on: every seed block stays apart from every other.
     Checked by the demo itself, not by :func:`~robotrl.config.schema.problems`: its steps' own
     processes carry ``actor.seed`` = the evaluation seed beside the experiment group's defaults."""
     ex = cfg.experiment
     if ex.name != "demo" or min(ex.repeats, ex.actors, ex.online_episodes, ex.eval_episodes) < 1:
         return []
-    first = demo_online_seeds(cfg, 0, 0)
-    last = demo_online_seeds(cfg, ex.repeats - 1, ex.actors - 1) + ex.online_episodes - 1
-    if first <= ex.eval_seed + ex.eval_episodes - 1 and ex.eval_seed <= last:
-        return [
-            (
-                "experiment.eval_seed",
-                f"the evaluation seeds {ex.eval_seed}-{ex.eval_seed + ex.eval_episodes - 1} overlap "
-                f"the fine-tuning runs' online seeds {first}-{last}: move experiment.eval_seed past them",
-            )
-        ]
-    return []
+    blocks = list(seed_blocks(cfg).items())
+    wrong = []
+    for i, (name, (lo, hi)) in enumerate(blocks):
+        for earlier, (elo, ehi) in blocks[:i]:
+            if lo <= ehi and elo <= hi:
+                why = f"{SEED_BLOCKS[name]} {lo}-{hi} overlap {SEED_BLOCKS[earlier]} {elo}-{ehi}"
+                wrong.append((name, f"{why}: move {name} past them"))
+    return wrong
+
+
+def target_scene(cfg: RobotRLConfig) -> SceneConfig:
+    """The deployment (target) condition: ``env.scene`` changed by ``experiment.shift``."""
+    return replace(cfg.env.scene, **(cfg.experiment.shift or {}))
+
+
+def shift_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
+    """``experiment.shift`` names fields of ``env.scene``, each with a value its bounds accept,
+    on the task that reads them."""
+    from robotrl.config.schema import problems
+
+    shift = cfg.experiment.shift or {}
+    if shift and not cfg.env.pick_place:
+        return [("experiment.shift", f"only the pick-and-place task reads env.scene, not {cfg.env.id}")]
+    known = {f.name for f in fields(cfg.env.scene)}
+    unknown = sorted(set(shift) - known)
+    if unknown:
+        return [("experiment.shift", f"{unknown} are not env.scene fields (those are {sorted(known)})")]
+    target = copy.deepcopy(cfg)
+    target.env.scene = target_scene(cfg)
+    return [
+        (name.replace("env.scene.", "experiment.shift."), message)
+        for name, message in problems(target)
+        if name.startswith("env.scene.")
+    ]

@@ -116,6 +116,9 @@ class LearnerConfig:
     """Local LeRobotDataset of demonstrations for the anchor buffer."""
     checkpoint_every_groups: int = field(default=50, metadata=bounds(gt=0))
     """Write a checkpoint every this many update groups."""
+    snapshot_every_groups: int = field(default=0, metadata=bounds(ge=0, note="0: none"))
+    """Keep the published policy every this many update groups, at the first and at the last
+    (<run_dir>/policy_snapshots, never rotated): the learning curve evaluates each. 0: none."""
     device: str = field(default="auto", metadata=DEVICE)
     """'auto' (CUDA with bf16 autocast when present), 'cpu' or 'cuda'."""
     prefetch_batches: int | None = field(default=None, metadata=bounds(ge=0))
@@ -146,6 +149,10 @@ class LearnerConfig:
     a killed learner; false trades that for the disk's sync latency per batch and checkpoint."""
     resume: bool = True
     """Resume from the latest checkpoint in run_dir when there is one."""
+    offline: bool = False
+    """Train on ``demos_path`` alone: no links, no actors, no online row; exactly ``max_groups``
+    update groups of the configured algorithm, then stop. The demo's offline control: a
+    fine-tune's update budget without its online data."""
     rerun: bool = False
     """Also record metrics to <run_dir>/learner.rrd (open with `rerun learner.rrd`)."""
     rapi: RapiConfig = field(default_factory=RapiConfig)

@@ -34,6 +34,10 @@ class PretrainConfig:
     """Batches in one validation pass (fixed samples and noise, so passes compare)."""
     checkpoint_every: int = field(default=1000, metadata=bounds(gt=0))
     """Steps between checkpoints (run_dir/policy, run_dir/policy_best, resume state)."""
+    keep_every: int = field(default=0, metadata=bounds(ge=0, note="0: none"))
+    """Also keep the policy at every multiple of this many steps, in run_dir's snapshots folder
+    (``run_folder.PRETRAIN_SNAPSHOTS``), never replaced: the demo chooses the pretraining budget
+    among them by success on validation seeds. 0: keep none."""
     ema: float = field(default=0.0, metadata=bounds(ge=0, lt=1, note="0: no average"))
     """Decay of a running average of the weights, per step (0.999: about the last 1000 steps);
     the checkpoints and the validation loss are the average's. 0: the last iterate. The

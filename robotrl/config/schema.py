@@ -99,6 +99,22 @@ def takeover_task(cfg: RobotRLConfig) -> Problems:
     return []
 
 
+def offline_learner(cfg: RobotRLConfig) -> Problems:
+    """An offline learner trains a fixed budget on demonstrations: it needs both."""
+    lrn = cfg.learner
+    if not lrn.offline:
+        return []
+    if lrn.demos_path is None:
+        return [("learner.offline", "needs learner.demos_path: the demonstrations it trains on")]
+    if lrn.max_groups == 0:
+        return [("learner.offline", "needs learner.max_groups > 0: no actor will ever stop it")]
+    if lrn.max_samples_per_insert is not None:
+        return [
+            ("learner.max_samples_per_insert", "an offline learner inserts nothing: it would wait for ever")
+        ]
+    return []
+
+
 def policy_settings(cfg: RobotRLConfig) -> Problems:
     """The committed prefix fits in a chunk; flow-only settings and a lerobot policy's folder."""
     p, out = cfg.policy, []
@@ -205,6 +221,7 @@ def safety_limits(cfg: RobotRLConfig) -> Problems:
 CROSS_FIELD_RULES: tuple[Callable[[RobotRLConfig], Problems], ...] = (
     takeover_switches,
     takeover_task,
+    offline_learner,
     policy_settings,
     latency_model,
     actor_recording,

@@ -253,6 +253,11 @@ class BatchReceiver(Protocol):
         it comes again later."""
         ...
 
+    def commit(self) -> None:
+        """Acknowledge the batch handed out last now (the learner stored it and will ask for no
+        other: it is stopping), instead of at the next ``recv_item``."""
+        ...
+
     def close(self) -> None: ...
 
 

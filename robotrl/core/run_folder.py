@@ -36,6 +36,8 @@ LEARNER_RECORDING = "learner.rrd"
 """The learner's metrics as a rerun recording (``learner.rerun``)."""
 PRETRAIN_METRICS = "pretrain_metrics.jsonl"
 """`robotrl pretrain`: one validation record per line."""
+PRETRAIN_SNAPSHOTS = "snapshots"
+"""`robotrl pretrain`: the policy at every ``pretrain.keep_every`` steps, one folder per step."""
 LAUNCH_STATUS = "launch_status.json"
 """`robotrl launch`: a :class:`LaunchStatus`, rewritten every ``launch.status_every_s``."""
 CHECKPOINTS = "checkpoints"
@@ -55,6 +57,12 @@ REPLAY_RESIM = "replay_resim.json"
 REPLAY_TO_LEARNER = "replay_to_learner.json"
 REPLAY_RECORDING = "replay.rrd"
 """`robotrl replay`: its reports (one per mode) and its rerun view."""
+POLICY_SNAPSHOTS = "policy_snapshots"
+"""The learner's published policy every ``learner.snapshot_every_groups`` groups, kept forever:
+``group-<N>.safetensors`` and its record beside it as ``group-<N>.json`` (read and written by
+:mod:`robotrl.core.policy_snapshots`)."""
+CURVE = "curve"
+"""The learning curve's evaluation of each policy snapshot, one `robotrl eval` folder each."""
 
 _ACTOR_PROGRESS = "actor_{}_progress.json"
 _ACTOR_SUMMARY = "actor_{}_summary.json"
@@ -87,6 +95,11 @@ def actor_sent_path(run_dir: Path, actor_id: str) -> Path:
     return run_dir / _ACTOR_SENT.format(actor_id)
 
 
+def checkpoint_groups(checkpoint: Path) -> int:
+    """The update groups the learner had run when it wrote ``checkpoint``."""
+    return int(json.loads((checkpoint / CHECKPOINT_COUNTERS).read_text())["groups"])
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The newest complete checkpoint of the learner of ``run_dir``, or None."""
     root = run_dir / CHECKPOINTS
@@ -95,6 +108,16 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     except OSError:
         return None
     return path if (path / CHECKPOINT_COUNTERS).exists() else None
+
+
+def snapshot_weights_path(run_dir: Path, group: int) -> Path:
+    """The policy tensors the learner of ``run_dir`` published as of update group ``group``."""
+    return run_dir / POLICY_SNAPSHOTS / f"group-{group:08d}.safetensors"
+
+
+def curve_eval_dir(run_dir: Path, group: int) -> Path:
+    """The `robotrl eval` folder of the learning curve's point at update group ``group``."""
+    return run_dir / CURVE / f"group-{group:08d}"
 
 
 def role_log_name(role: str) -> str:
@@ -461,10 +484,12 @@ def read_demo_results(out_dir: Path) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class SweepResults(_Record):
-    """The latency sweep: its policy and one row per (latency, strategy) cell finished so far."""
+    """The latency sweep: its policies (one per pretraining seed), one row per (latency, strategy)
+    pooled over them, and one per policy's cell (``policy``: its index), finished so far."""
 
-    policy: str
-    rows: list[dict[str, Any]]
+    policies: list[str] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    seed_rows: list[dict[str, Any]] = field(default_factory=list)
 
 
 def write_sweep_results(out_dir: Path, results: SweepResults) -> Path:

@@ -186,7 +186,11 @@ class InferenceRequest:
     """Ask for one chunk from ``observation``; ``prefix`` holds the ``delay`` committed actions.
 
     ``epoch`` is the episode epoch the answer belongs to; ``seed`` makes the policy's
-    sampling reproducible (virtual-time runs are bit-identical for a seed).
+    sampling reproducible (virtual-time runs are bit-identical for a seed). ``continues``
+    (pipelined inference): the id of an earlier request still being computed when this one
+    was made; the committed actions are then that request's chunk from this observation's
+    tick on (its last row held past its end), which the actor cannot know yet, so the
+    backend that computed it fills them in and ``prefix`` is None.
     """
 
     request_id: int
@@ -195,6 +199,7 @@ class InferenceRequest:
     prefix: FloatArray | None
     delay: int
     seed: int
+    continues: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,11 +7,13 @@ instruction as lerobot's ``task``. The end of an episode follows lerobot's conve
 recorder knows the outcome apart from termination), read back as terminated = success
 and truncated = done and not success. A dataset without a column's feature reads as the
 column's default; ``tick`` and ``episode_id`` then come from lerobot's own frame and
-episode indices.
+episode indices. The sim condition a recording was made under (``env.scene``) is kept beside
+lerobot's metadata, in ``meta/robotrl_scene.json``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,9 @@ ROBOT_TYPE = "so101_follower"
 EPISODE_INDEX, FRAME_INDEX = "episode_index", "frame_index"
 """lerobot's own indices: where ``episode_id`` and ``tick`` come from when not recorded."""
 _LEROBOT_INDEX = {"episode_id": EPISODE_INDEX, "tick": FRAME_INDEX}
+SCENE_META = Path("meta") / "robotrl_scene.json"
+"""The sim condition (``env.scene``) a dataset was recorded under, relative to its root; lerobot
+neither reads nor rewrites it."""
 
 
 class DatasetError(ValueError):
@@ -80,7 +85,8 @@ def _scalar(dtype: str) -> dict[str, Any]:
 
 class DatasetWriter:
     """A new local LeRobotDataset at ``root`` recording ``columns``, one episode at a time;
-    ``extra`` adds scalar features that are no transition columns (name -> dtype)."""
+    ``extra`` adds scalar features that are no transition columns (name -> dtype); ``scene``
+    the sim condition the episodes are recorded under, kept in :data:`SCENE_META`."""
 
     def __init__(
         self,
@@ -92,6 +98,7 @@ class DatasetWriter:
         camera_shapes: Mapping[str, tuple[int, int, int]],
         video: bool,
         extra: Mapping[str, str] | None = None,
+        scene: Mapping[str, Any] | None = None,
     ) -> None:
         """``names``: the state's and the action's entry names."""
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -108,6 +115,8 @@ class DatasetWriter:
             use_videos=video,
             image_writer_threads=2 if camera_shapes else 0,
         )
+        if scene is not None:
+            (root / SCENE_META).write_text(json.dumps(dict(scene), indent=2) + "\n")
 
     def add(
         self, values: Mapping[str, Any], success: bool | None = None, extra: Mapping[str, Any] | None = None
@@ -172,6 +181,16 @@ class RecordedDataset:
 
     def __len__(self) -> int:
         return len(self.episode_index)
+
+    @property
+    def scene(self) -> dict[str, Any] | None:
+        """The sim condition (``env.scene``) the dataset was recorded under; None when it does
+        not say (recorded before robotrl kept it, by an actor, or outside robotrl)."""
+        path = self.root / SCENE_META
+        if not path.is_file():
+            return None
+        scene: dict[str, Any] = json.loads(path.read_text())
+        return scene
 
     def has(self, column: str) -> bool:
         """Whether the dataset records ``column`` itself (not at its default)."""

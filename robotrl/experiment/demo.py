@@ -1,16 +1,19 @@
 """`robotrl experiment experiment=demo`: the sim fine-tuning demo that `make demo` runs.
 
-1. record scripted demonstrations of the task (``robotrl record``),
-2. pretrain the policy by behaviour cloning (``robotrl pretrain``),
-3. evaluate it on fixed seeds (``robotrl eval``),
-4. fine-tune it online in each run of ``experiment.algorithms`` (RAPI; BC on the same
-   buffers; BC on the demonstrations alone, which is continued imitation) with a real
-   learner and real actors (``robotrl launch``) in virtual time under the configured
-   latency, with the same budget (online episodes and update groups) for each, and
-   ``experiment.repeats`` times with other seeds (all algorithms' first runs come first),
-5. evaluate each fine-tuned policy on the same seeds, pooling an algorithm's runs,
+1. record scripted demonstrations of the task in the source condition (``robotrl record``),
+2. pretrain the policy by behaviour cloning (``robotrl pretrain``), keeping candidate budgets,
+3. choose the best offline policy among them by success on validation seeds in the target
+   condition (``experiment.shift``) and evaluate it on the fixed evaluation seeds
+   (``robotrl eval``; :mod:`robotrl.experiment.baselines`),
+4. fine-tune it online in the target condition in each run of ``experiment.algorithms`` (RAPI;
+   BC on the same buffers; HG-DAgger-style BC on the demonstrations and takeovers; RAPI without
+   takeovers) with a real learner and real actors (``robotrl launch``) in virtual time under
+   the configured latency, with the same budget (online episodes and update groups) for each,
+   and ``experiment.repeats`` times with other seeds (all algorithms' first runs come first);
+   beside them the offline control (the same number of updates on the demonstrations alone),
+5. evaluate each resulting policy on the same seeds, pooling an algorithm's runs,
 6. record a rerun view of the fine-tuned policy, plot the learning curves, and write
-   the before/after table and the results (:func:`robotrl.core.run_folder.write_demo_results`).
+   the results table (:func:`robotrl.core.run_folder.write_demo_results`).
 
 Every step is cached in ``experiment.output_dir``; a second run redoes only what is
 missing. The numbers are measured on the run, never assumed.
@@ -31,13 +34,32 @@ from rich.console import Console
 
 from robotrl.actor.report import pool_summaries
 from robotrl.config.env import TakeoverConfig
-from robotrl.config.experiment import FINETUNE_RUNS, demo_online_seeds, demo_seed_problems
+from robotrl.config.experiment import (
+    FINETUNE_RUNS,
+    demo_online_seeds,
+    demo_seed_problems,
+    shift_problems,
+    target_scene,
+)
 from robotrl.config.load import problems_error
 from robotrl.config.policy import PolicyKind
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core import run_folder
 from robotrl.core.run_folder import EvalSummary
-from robotrl.experiment.demo_results import demo_results, eval_noise_scale, latency_text, print_results
+from robotrl.experiment.baselines import (
+    BEST_OFFLINE,
+    CONTROL,
+    BestOffline,
+    choose_best_offline,
+    offline_control_job,
+)
+from robotrl.experiment.demo_results import (
+    demo_results,
+    eval_noise_scale,
+    latency_text,
+    print_results,
+    shift_text,
+)
 from robotrl.experiment.parallel import Job, JobDone, run_parallel
 from robotrl.experiment.progress import LaunchProgress, launch_finished
 from robotrl.experiment.steps import (
@@ -45,6 +67,7 @@ from robotrl.experiment.steps import (
     Steps,
     config_overrides,
     is_cached,
+    key_of,
     may_continue,
     ran_every_episode,
     robotrl,
@@ -61,8 +84,16 @@ class Demo:
         self.ex = cfg.experiment
         self.out = Path(self.ex.output_dir)
         self.console = console
-        # record, pretrain, eval, (launch + eval) per algorithm and run, rerun
-        self.steps = Steps(3 + 2 * len(self.ex.algorithms) * self.ex.repeats + 1, console)
+        self.best = BestOffline(self.ex.pretrain_steps, self.pretrained, self.out / "pretrain", {})
+        """The policy fine-tuning starts from: the last pretrained one until :meth:`run` chooses
+        the best offline policy on the validation seeds."""
+        self.target_scene = target_scene(cfg)
+        """The deployment (target) condition: ``env.scene`` changed by ``experiment.shift``."""
+        candidates = self.ex.pretrain_steps // self.ex.select_every if self.ex.select_every else 0
+        control = 2 if self.ex.offline_control else 0  # train, evaluate
+        # record, pretrain, validations, eval, control, (launch + eval) per algorithm and run, rerun
+        runs = len(self.ex.algorithms) * self.ex.repeats
+        self.steps = Steps(3 + candidates * (candidates > 1) + control + 2 * runs + 1, console)
 
     # -- paths -------------------------------------------------------------------------
 
@@ -96,15 +127,25 @@ class Demo:
             setattr(getattr(cfg, group), name, value)
         return cfg
 
-    def _offline(self, **changes: Any) -> RobotRLConfig:
-        """:meth:`_variant` for every step but fine-tuning: no scripted takeover
-        (``env.takeover``), so evaluations measure the policy alone and turning
-        takeovers on or off reuses the demonstrations, pretraining and evaluations."""
+    def _source(self, **changes: Any) -> RobotRLConfig:
+        """:meth:`_variant` for recording and pretraining: the source condition (``env.scene``),
+        no scripted takeover, so turning takeovers on or off reuses the demonstrations."""
         return self._variant(env__takeover=TakeoverConfig(), **changes)
 
-    def _evaluation(self, **changes: Any) -> RobotRLConfig:
-        """:meth:`_offline` at the evaluations' inference temperature."""
-        return self._offline(policy__noise_scale=eval_noise_scale(self.cfg), **changes)
+    def target_config(self, **changes: Any) -> RobotRLConfig:
+        """:meth:`_variant` in the target condition (``experiment.shift`` applied)."""
+        return self._variant(env__scene=copy.deepcopy(self.target_scene), **changes)
+
+    def evaluation_config(self, policy: Path, episodes: int, seed: int) -> RobotRLConfig:
+        """An evaluation of ``policy`` in the target condition: no takeover, so it measures the
+        policy alone, at the evaluations' inference temperature."""
+        return self.target_config(
+            env__takeover=TakeoverConfig(),
+            policy__noise_scale=eval_noise_scale(self.cfg),
+            policy__path=str(policy),
+            actor__episodes=episodes,
+            actor__seed=seed,
+        )
 
     def _sockets(self, name: str) -> Path:
         """A short, stable folder for ipc sockets (ipc paths are limited to ~100 bytes)."""
@@ -117,7 +158,7 @@ class Demo:
 
     def record(self) -> None:
         """The record group travels whole, so ``record.miss_rate`` and the noise options reach it."""
-        cfg = self._offline(
+        cfg = self._source(
             policy__kind=PolicyKind.expert,
             record__episodes=self.ex.demos,
             record__output_dir=str(self.demos),
@@ -126,21 +167,31 @@ class Demo:
         argv = robotrl("record", *config_overrides(cfg, ["env", "policy", "record"]), f"seed={self.cfg.seed}")
         self.steps.run(f"record {self.ex.demos} expert demonstrations of {self.cfg.env.id}", self.demos, argv)
 
-    def pretrain(self) -> None:
-        cfg = self._offline(policy__path=None, pretrain__steps=self.ex.pretrain_steps)
-        run_dir = self.out / "pretrain"
+    def pretrain(self, seed_offset: int = 0) -> Path:
+        """Pretrain on the demonstrations with seed ``seed + seed_offset``; returns the policy
+        (:attr:`pretrained` for offset 0, else a folder of its own)."""
+        ex = self.ex
+        cfg = self._source(
+            policy__path=None,
+            pretrain__steps=ex.pretrain_steps,
+            pretrain__keep_every=ex.select_every,
+        )
+        seed = self.cfg.seed + seed_offset
+        run_dir = self.out / ("pretrain" if seed_offset == 0 else f"pretrain_seed{seed}")
         argv = robotrl(
             "pretrain",
             *config_overrides(cfg, ["env", "policy", "pretrain"]),
             f"dataset={self.demos}",
             f"run_dir={run_dir}",
-            f"seed={self.cfg.seed}",
+            f"seed={seed}",
         )
         size, steps = cfg.policy.size.value, self.ex.pretrain_steps
-        title = f"pretrain the {size} policy ({steps} steps of behaviour cloning)"
+        title = f"pretrain the {size} policy ({steps} steps of behaviour cloning"
+        title += f", seed {seed})" if seed_offset else ")"
         if not may_continue(run_dir, argv, [self.demos], growing="pretrain.steps="):
             shutil.rmtree(run_dir)  # new demonstrations or settings: resuming would keep the old training
         self.steps.run(title, run_dir, argv, inputs=[self.demos])
+        return run_dir / "policy"
 
     def evaluate(self, name: str, policy: Path, label: str, made_by: Path) -> EvalSummary:
         """Evaluate ``policy``, which the step with output folder ``made_by`` wrote."""
@@ -150,11 +201,7 @@ class Demo:
 
     def evaluation_step(self, name: str, policy: Path, label: str) -> tuple[str, Path, list[str]]:
         """(title, output folder, command) of the evaluation ``name`` of ``policy`` (`robotrl eval`)."""
-        cfg = self._evaluation(
-            policy__path=str(policy),
-            actor__episodes=self.ex.eval_episodes,
-            actor__seed=self.ex.eval_seed,
-        )
+        cfg = self.evaluation_config(policy, self.ex.eval_episodes, self.ex.eval_seed)
         out = self.eval_dir(name)
         argv = robotrl("eval", *config_overrides(cfg, ["env", "policy", "actor"]), f"run_dir={out}")
         return f"evaluate {label} on {self.ex.eval_episodes} fixed seeds", out, argv
@@ -172,13 +219,15 @@ class Demo:
         name = self.run_name(algorithm, run)
         out = self.finetune_dir(name)
         sockets = self._sockets(f"finetune_{name}")
-        kind, learner_fields = FINETUNE_RUNS[algorithm]
-        return self._variant(
-            policy__path=str(self.pretrained),
+        kind = FINETUNE_RUNS[algorithm]
+        takeover = self.cfg.env.takeover if kind.takeovers else TakeoverConfig()
+        return self.target_config(
+            env__takeover=copy.deepcopy(takeover),
+            policy__path=str(self.best.policy),
             actor__episodes=self.ex.online_episodes,
             actor__seed=demo_online_seeds(self.cfg, run, 0),
-            learner__algorithm=kind,
-            **{f"learner__{field}": value for field, value in learner_fields.items()},
+            learner__algorithm=kind.algorithm,
+            **{f"learner__{field}": value for field, value in kind.learner.items()},
             learner__max_groups=self.ex.update_groups,
             learner__demos_path=str(self.demos),
             learner__resume=True,  # a learner restarted by launch continues from its checkpoint
@@ -205,8 +254,10 @@ class Demo:
             f"{self.ex.online_episodes} episodes, {self.ex.update_groups} update groups, "
             f"latency {latency_text(self.cfg)})"
         )
-        if not (out / run_folder.STEP_STAMP).exists():
-            shutil.rmtree(out, ignore_errors=True)  # a half-finished run starts over
+        if not is_cached(out, key_of(argv, self._finetune_inputs)):
+            # a half-finished run, or one of other settings or inputs, starts over: its learner
+            # would resume the old checkpoint and the old policy would be reported
+            shutil.rmtree(out, ignore_errors=True)
         return title, out, argv
 
     def finetune(self, algorithm: str, run: int = 0) -> Path:
@@ -215,41 +266,56 @@ class Demo:
         self.steps.run(title, out, argv, inputs=self._finetune_inputs)
         return self._exported(out)
 
+    def offline_control(self) -> EvalSummary:
+        """The offline control in the foreground, then its evaluation."""
+        job = offline_control_job(self, self.best)
+        self.steps.run(job.title, job.out_dir, job.argv, inputs=[self.best.made_by, self.demos])
+        return self.evaluate(CONTROL, self._exported(job.out_dir), "the offline control", made_by=job.out_dir)
+
     def finetune_side_by_side(self) -> None:
-        """Every fine-tuning run (every algorithm's first run, then the second, ...),
-        ``experiment.finetune_workers`` at a time, each in the background with its output in its
-        folder; each leaves its policy there. A failed or interrupted run stops the others."""
+        """The offline control and every fine-tuning run (every algorithm's first run, then the
+        second, ...), ``experiment.finetune_workers`` at a time, each in the background with its
+        output in its folder; each leaves its policy there. A failed or interrupted run stops the
+        others."""
         inputs = tuple((str(p), run_id(p)) for p in self._finetune_inputs)
         jobs: dict[str, Job] = {}
         for algorithm, run in self._runs_in_order:
             title, out, argv = self.finetune_step(algorithm, run)
             name = self.run_name(algorithm, run)
             jobs[name] = Job(title, out, tuple(argv), inputs, complete=launch_finished)
-        running = {name: job.out_dir for name, job in jobs.items()}
+        if self.ex.offline_control:  # last: the shortest, it fills a core once a fine-tune ends
+            jobs[CONTROL] = offline_control_job(self, self.best)
+        running = {name: job.out_dir for name, job in jobs.items() if name != CONTROL}
         with LaunchProgress(running, self.console):
-            self._side_by_side(list(jobs.values()), "fine-tuning runs", "; their progress every 30 s")
+            self.side_by_side(list(jobs.values()), "fine-tuning runs", "; their progress every 30 s")
         for job in jobs.values():
             self._exported(job.out_dir)
 
     def evaluate_side_by_side(self) -> dict[str, list[EvalSummary]]:
-        """Evaluate every fine-tuned policy, ``experiment.finetune_workers`` at a time (each
-        evaluation is one single-threaded process); returns each algorithm's summaries by run."""
+        """Evaluate the offline control and every fine-tuned policy, ``experiment.finetune_workers``
+        at a time (each evaluation is one single-threaded process); returns each one's summaries
+        by run."""
         jobs: dict[tuple[str, int], Job] = {}
         whole = functools.partial(ran_every_episode, episodes=self.ex.eval_episodes)
-        for algorithm, run in self._runs_in_order:
+        runs_in_order = [(CONTROL, 0)] if self.ex.offline_control else []
+        for algorithm, run in runs_in_order + self._runs_in_order:
             name = self.run_name(algorithm, run)
             made_by = self.finetune_dir(name)
-            label = f"the {algorithm}-fine-tuned policy{self._of_runs(run)}"
+            label = (
+                "the offline control"
+                if algorithm == CONTROL
+                else f"the {algorithm}-fine-tuned policy{self._of_runs(run)}"
+            )
             title, out, argv = self.evaluation_step(name, self._exported(made_by), label)
             inputs = ((str(made_by), run_id(made_by)),)
             jobs[algorithm, run] = Job(title, out, tuple(argv), inputs, complete=whole)
-        self._side_by_side(list(jobs.values()), "evaluations", "")
-        runs: dict[str, list[EvalSummary]] = {a: [] for a in self.ex.algorithms}
+        self.side_by_side(list(jobs.values()), "evaluations", "")
+        runs: dict[str, list[EvalSummary]] = {a: [] for a, _ in runs_in_order + self._runs_in_order}
         for (algorithm, _), job in jobs.items():
             runs[algorithm].append(self._evaluation_summary(job.out_dir))
         return runs
 
-    def _side_by_side(self, jobs: list[Job], what: str, progress: str) -> None:
+    def side_by_side(self, jobs: list[Job], what: str, progress: str) -> None:
         """Run ``jobs`` (steps of this demo) ``finetune_workers`` at a time with numbered headers."""
         heads = {job: self.steps.begin(job.title) for job in jobs}
         pending = [job for job in jobs if not is_cached(job.out_dir, step_key(job.argv, dict(job.inputs)))]
@@ -273,7 +339,8 @@ class Demo:
     def finetune_workers(self) -> int:
         """Fine-tuning runs at once: ``experiment.finetune_workers``, at most as many as there are
         (a lone run goes in the foreground, with launch's own status table)."""
-        return min(self.ex.finetune_workers, len(self.ex.algorithms) * self.ex.repeats)
+        runs = len(self.ex.algorithms) * self.ex.repeats + self.ex.offline_control
+        return min(self.ex.finetune_workers, runs)
 
     @property
     def _finetune_inputs(self) -> list[Path]:
@@ -283,7 +350,7 @@ class Demo:
         """The fine-tuned policy of ``run_dir``, exported from its learner checkpoint once."""
         policy = run_dir / "policy"
         if not policy.exists():
-            export_policy(self.pretrained, run_dir, policy)
+            export_policy(self.best.policy, run_dir, policy)
         return policy
 
     def rerun_view(self, policy: Path, label: str) -> Path | None:
@@ -303,11 +370,7 @@ class Demo:
         from robotrl.actor.run import run_episodes
         from robotrl.viz.rerun import RerunObserver
 
-        cfg = self._evaluation(
-            policy__path=str(policy),
-            actor__episodes=self.ex.rerun_episodes,
-            actor__seed=self.ex.eval_seed,
-        )
+        cfg = self.evaluation_config(policy, self.ex.rerun_episodes, self.ex.eval_seed)
         observer = RerunObserver(path, application_id="robotrl-demo")
         try:
             run_episodes(cfg, sink=None, title="rerun", observer=observer)
@@ -324,24 +387,48 @@ class Demo:
         self._intro()
         self.record()
         self.pretrain()
-        evals = {
-            "pretrained": self.evaluate(
-                "pretrained", self.pretrained, "the pretrained policy", made_by=self.out / "pretrain"
-            )
-        }
+        self.best = choose_best_offline(self)
+        label = f"the best offline policy ({self.best.steps} pretraining steps)"
+        baseline = self.evaluate(BEST_OFFLINE, self.best.policy, label, made_by=self.best.made_by)
+        evals = {BEST_OFFLINE: baseline}
         if self.finetune_workers > 1:
             self.finetune_side_by_side()
             runs = self.evaluate_side_by_side()
         else:
             runs = {a: [] for a in self.ex.algorithms}
+            if self.ex.offline_control:
+                runs = {CONTROL: [self.offline_control()], **runs}
             for algorithm, run in self._runs_in_order:
                 name = self.run_name(algorithm, run)
                 policy = self.finetune(algorithm, run)
                 label = f"the {algorithm}-fine-tuned policy{self._of_runs(run)}"
                 runs[algorithm].append(self.evaluate(name, policy, label, made_by=self.finetune_dir(name)))
         evals.update({algorithm: pool_summaries(summaries) for algorithm, summaries in runs.items()})
-        best = "rapi" if "rapi" in runs else self.ex.algorithms[0]
-        recording = self.rerun_view(self.finetune_dir(best) / "policy", f"the {best}-fine-tuned policy")
+        shown = "rapi" if "rapi" in runs else self.ex.algorithms[0]
+        recording = self.rerun_view(self.finetune_dir(shown) / "policy", f"the {shown}-fine-tuned policy")
+        curve = self.learning_curve(evals)
+        results = demo_results(self.cfg, evals, self.best, time.perf_counter() - start, self.steps)
+        results["actor_updates"] = self.actor_updates(list(runs))
+        run_folder.write_demo_results(self.out, results)
+        print_results(self.console, self.cfg, evals, self.best.steps, results, curve, recording)
+        return 0
+
+    def actor_updates(self, names: list[str]) -> dict[str, list[int | None]]:
+        """The policy updates each run of ``names`` made, as its learner counted them (RAPI's
+        first groups train only its critic, so it makes fewer than the control's budget)."""
+        runs = {name: [self.run_name(name, run) for run in range(self.ex.repeats)] for name in names}
+        if CONTROL in runs:
+            runs[CONTROL] = [CONTROL]
+        out: dict[str, list[int | None]] = {}
+        for name, run_names in runs.items():
+            lasts = [run_folder.last_learner_metrics(self.finetune_dir(r)) for r in run_names]
+            out[name] = [None if m is None else int(m.get("actor_updates_total", 0)) for m in lasts]
+        return out
+
+    def learning_curve(self, evals: dict[str, EvalSummary]) -> Path:
+        """Evaluate every fine-tuning run's policy snapshots on the curve's seeds (side by side,
+        cached) and plot them with the offline baselines as lines."""
+        from robotrl.experiment.curve import curve_jobs, curve_points
         from robotrl.experiment.plots import learning_curves
 
         every_run = {
@@ -349,11 +436,20 @@ class Demo:
             for a in self.ex.algorithms
             for run in range(self.ex.repeats)
         }
-        curve = learning_curves(every_run, evals, self.out / run_folder.LEARNING_CURVE)
-        results = demo_results(self.cfg, evals, time.perf_counter() - start, self.steps)
-        run_folder.write_demo_results(self.out, results)
-        print_results(self.console, self.cfg, evals, results, curve, recording)
-        return 0
+        cfg = self.evaluation_config(self.best.policy, self.ex.curve_episodes, self.ex.curve_seed)
+        jobs = [job for run_dir in every_run.values() for job in curve_jobs(cfg, run_dir, self.best.policy)]
+        if jobs:
+            self.steps.total += len(jobs)
+            self.side_by_side(jobs, "learning-curve evaluations", "")
+        names = {BEST_OFFLINE: "best offline", CONTROL: "offline control"}
+        baselines = {
+            label: (evals[name]["success_rate"], evals[name]["ci95"])
+            for name, label in names.items()
+            if name in evals
+        }
+        curves = {name: curve_points(run_dir) for name, run_dir in every_run.items()}
+        path = self.out / run_folder.LEARNING_CURVE
+        return learning_curves(every_run, evals, path, curves=curves, baselines=baselines)
 
     def _runs_each(self) -> str:
         return f", {self.ex.repeats} runs each (pooled)" if self.ex.repeats > 1 else ""
@@ -369,6 +465,7 @@ class Demo:
         self.console.print(
             f"task {c.env.id} at {c.env.control_hz:g} Hz; cameras: {cams}; "
             f"privileged object pose in the state: {c.env.privileged_state}\n"
+            f"{shift_text(c)}\n"
             f"policy: built-in flow policy, size {c.policy.size.value}, chunks of {c.policy.horizon}; "
             f"strategy {c.actor.strategy.value} under {latency_text(c)} inference latency (virtual time)\n"
             f"budget per algorithm: {ex.actors} actor(s) x {ex.online_episodes} online episodes, "
@@ -394,7 +491,7 @@ def export_policy(pretrained: Path, run_dir: Path, target: Path) -> None:
 
 
 def run_demo(cfg: RobotRLConfig) -> int:
-    wrong = demo_seed_problems(cfg)
+    wrong = demo_seed_problems(cfg) + shift_problems(cfg)
     if wrong:
         raise problems_error(wrong)
     return Demo(cfg, Console()).run()

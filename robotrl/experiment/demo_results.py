@@ -1,8 +1,9 @@
-"""The demo's results: what ``results.json`` records of a demo run and the before/after table
-it prints (:mod:`robotrl.experiment.demo` runs the steps)."""
+"""The demo's results: what ``results.json`` records of a demo run and the table of every
+policy it prints (:mod:`robotrl.experiment.demo` runs the steps)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,12 @@ from rich.console import Console
 from rich.table import Table
 
 from robotrl.actor.report import outcome_text
+from robotrl.config.experiment import target_scene
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core import run_folder
 from robotrl.core.run_folder import EvalSummary
 from robotrl.core.types import OUTCOME_SUCCESS
+from robotrl.experiment.baselines import BEST_OFFLINE, CONTROL, BestOffline
 from robotrl.experiment.steps import Steps
 
 POLICY_FIGURES = (
@@ -40,16 +43,25 @@ def latency_text(cfg: RobotRLConfig) -> str:
     return f"{lat.kind.value} median {lat.median_s * 1e3:.0f} ms"
 
 
+BASELINES = (BEST_OFFLINE, CONTROL, "bc", "bc_demos", "rapi_no_takeover")
+"""What RAPI's fine-tuned policy is compared with, when the demo ran it."""
+
+
+def shift_text(cfg: RobotRLConfig) -> str:
+    """The deployment shift in words: which ``env.scene`` fields the target condition changes."""
+    shift = cfg.experiment.shift or {}
+    if not shift:
+        return "no deployment shift: demonstrations, fine-tuning and evaluation share one condition"
+    changes = ", ".join(f"{k} {getattr(cfg.env.scene, k)} -> {v}" for k, v in shift.items())
+    return f"deployment shift (demonstrations in the source, the rest in the target): {changes}"
+
+
 def demo_results(
-    cfg: RobotRLConfig, evals: Mapping[str, EvalSummary], wall_s: float, steps: Steps
+    cfg: RobotRLConfig, evals: Mapping[str, EvalSummary], best: BestOffline, wall_s: float, steps: Steps
 ) -> dict[str, Any]:
-    """The results of a demo whose evaluations (the pretrained policy's and each algorithm's,
-    pooled over its runs) are ``evals``."""
+    """The results of a demo whose evaluations (the best offline policy's, the offline control's
+    and each fine-tuning algorithm's, pooled over its runs) are ``evals``."""
     ex = cfg.experiment
-
-    def rate(name: str) -> float | None:
-        return evals[name]["success_rate"] if name in evals else None
-
     ci = {name: evals[name]["ci95"] for name in evals}
 
     def rapi_beats(baseline: str) -> bool | None:
@@ -57,23 +69,19 @@ def demo_results(
             return None
         return bool(ci["rapi"][0] > ci[baseline][1])  # the intervals do not overlap
 
-    ci95 = {
-        "before": ci["pretrained"],
-        "after": ci.get("rapi"),
-        "bc": ci.get("bc"),
-        "bc_demos": ci.get("bc_demos"),
-    }
     return {
-        "success_before": rate("pretrained"),
-        "success_after": rate("rapi"),
-        "success_bc": rate("bc"),
-        "success_bc_demos": rate("bc_demos"),
-        "ci95": ci95,
+        "success": {name: e["success_rate"] for name, e in evals.items()},
+        "ci95": ci,
+        "best_offline_steps": best.steps,
+        "validation_success": {str(steps): rate for steps, rate in best.validation.items()},
+        "offline_control_updates": ex.update_groups * cfg.learner.actor_updates_per_group
+        if CONTROL in evals
+        else None,
+        "rapi_beats_beyond_ci": {name: rapi_beats(name) for name in BASELINES if name in evals},
+        "shift": dict(ex.shift or {}),
         "episodes": ex.eval_episodes,
         "repeats": ex.repeats,
         "wall_s": round(wall_s, 1),
-        "rapi_beats_bc_beyond_ci": rapi_beats("bc"),
-        "rapi_beats_bc_demos_beyond_ci": rapi_beats("bc_demos"),
         "per_policy": {name: _figures(e) | {"outcomes": e.get("outcomes", {})} for name, e in evals.items()},
         "setting": _setting(cfg),
         "step_seconds": steps.seconds,
@@ -98,6 +106,11 @@ def _setting(cfg: RobotRLConfig) -> dict[str, Any]:
         "control_hz": cfg.env.control_hz,
         "demos": ex.demos,
         "pretrain_steps": ex.pretrain_steps,
+        "source_scene": dataclasses.asdict(cfg.env.scene),
+        "target_scene": dataclasses.asdict(target_scene(cfg)),
+        "validation_seeds": [ex.validation_seed, ex.validation_seed + ex.validation_episodes - 1]
+        if ex.select_every
+        else None,
         "online_episodes_per_actor": ex.online_episodes,
         "actors": ex.actors,
         "update_groups": ex.update_groups,
@@ -105,19 +118,22 @@ def _setting(cfg: RobotRLConfig) -> dict[str, Any]:
     }
 
 
-def _policy_names(cfg: RobotRLConfig) -> dict[str, str]:
+def _policy_names(cfg: RobotRLConfig, best_steps: int) -> dict[str, str]:
+    updates = cfg.experiment.update_groups * cfg.learner.actor_updates_per_group
     return {
-        "pretrained": "pretrained (BC on demos)",
+        BEST_OFFLINE: f"best offline policy (BC, {best_steps} steps)",
+        CONTROL: f"offline control (+{updates} BC updates on the demos)",
         "rapi": "+ online RAPI",
         "bc": "+ online BC on RAPI's buffers",
         # the anchor it reads holds the takeovers' segments beside the demos (HG-DAgger's data)
-        "bc_demos": "+ BC on the demos and takeovers"
+        "bc_demos": "+ HG-DAgger (BC on the demos and takeovers)"
         if cfg.env.takeover.enabled
         else "+ BC on the demos only",
+        "rapi_no_takeover": "+ online RAPI without takeovers",
     }
 
 
-def results_table(cfg: RobotRLConfig, evals: Mapping[str, EvalSummary]) -> Table:
+def results_table(cfg: RobotRLConfig, evals: Mapping[str, EvalSummary], best_steps: int) -> Table:
     """One row per policy: success with its interval (and per run), time to success, jerk, starvation."""
     repeats = cfg.experiment.repeats
     pooled = f", fine-tuned policies pooled over {repeats} runs each" if repeats > 1 else ""
@@ -129,7 +145,7 @@ def results_table(cfg: RobotRLConfig, evals: Mapping[str, EvalSummary]) -> Table
     # per episode: a pooled row counts K times the episodes of the pretrained one
     for col in (*columns, "time to success", "jerk RMS", "starved ticks / episode"):
         table.add_column(col, justify="right" if col != "policy" else "left")
-    names = _policy_names(cfg)
+    names = _policy_names(cfg, best_steps)
     for name, e in evals.items():
         lo, hi = e["ci95"]
         tts = e["mean_time_to_success_s"]
@@ -149,23 +165,25 @@ def print_results(
     console: Console,
     cfg: RobotRLConfig,
     evals: Mapping[str, EvalSummary],
+    best_steps: int,
     results: Mapping[str, Any],
     curve: Path,
     recording: Path | None,
 ) -> None:
     """The table, how the failed episodes ended, RAPI against each baseline, and where the files are."""
-    console.print(results_table(cfg, evals))
-    names = _policy_names(cfg)
+    console.print(shift_text(cfg))
+    console.print(results_table(cfg, evals, best_steps))
+    names = _policy_names(cfg, best_steps)
     failures = {name: e["outcomes"] for name, e in evals.items() if e.get("outcomes")}
     if failures:  # evaluations cached before outcomes were counted have none
         console.print("how the failed episodes ended:")
         for name, outcomes in failures.items():
             failed = outcome_text(outcomes, skip=OUTCOME_SUCCESS)
             console.print(f"  {names.get(name, name)} (of {evals[name]['episodes']}): {failed}")
-    for baseline in ("bc", "bc_demos"):
+    for baseline in BASELINES:
         if "rapi" in evals and baseline in evals:
             console.print(
-                f"RAPI vs {names[baseline].removeprefix('+ ')} under the same budget: "
+                f"RAPI vs {names[baseline].removeprefix('+ ')}: "
                 + _compare(evals["rapi"]["ci95"], evals[baseline]["ci95"])
             )
     out = Path(cfg.experiment.output_dir)

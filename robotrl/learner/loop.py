@@ -25,11 +25,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from robotrl.config.learner import LearnerConfig
 from robotrl.core.batch import TransitionBatch
@@ -45,6 +46,7 @@ from robotrl.learner.metrics import MetricsLog
 from robotrl.learner.prefetch import Prefetcher
 from robotrl.learner.replay import ChunkReplay, ReplayError
 from robotrl.learner.samples import VERSION_KEY, Batch, concat
+from robotrl.learner.snapshots import PolicySnapshots
 from robotrl.transport.spool import SpoolFullError
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,7 @@ class Learner:
         journal: Journal | None = None,
         counters: Counters | None = None,
         admission: Admission | None = None,
+        snapshots: PolicySnapshots | None = None,
         weights_subset: str = "trainable",
         prefetch: int = 0,
         seed: int = 0,
@@ -77,6 +80,7 @@ class Learner:
         self.metrics, self.checkpointer, self.journal = metrics, checkpointer, journal
         self.counters = counters or Counters()
         self.admission = admission
+        self.snapshots = snapshots
         self.guard = UpdateGuard(algorithm, cfg.guard.max_nonfinite_groups)
         self.feeder = AnchorFeeder(online, anchor)
         self.subset = weights_subset
@@ -262,14 +266,14 @@ class Learner:
         """The newest policy version this learner knows: batches claiming a later one are refused."""
         return self.counters.policy_version
 
-    def publish(self) -> None:
-        """Send the policy as the next policy version."""
+    def publish(self) -> Mapping[str, npt.NDArray[np.generic]] | None:
+        """Send the policy as the next policy version; the weights sent (None: non-finite, not sent)."""
         weights = self.algorithm.policy_weights()
         bad = nonfinite_tensors(weights)
         if bad:  # the update guard catches this first; the wire must never carry it
             self.publish_refused += 1
             log.error("policy weights %s are non-finite: not published", ", ".join(bad[:5]))
-            return
+            return None
         with self._version_lock:
             self.counters.policy_version += 1
             self._published = True
@@ -279,6 +283,15 @@ class Learner:
         if not self.weights.send(update):
             self.publish_refused += 1
             log.warning("policy version %d was refused by the weight link", update.policy_version)
+        return weights
+
+    def _snapshot(self, published: Mapping[str, npt.NDArray[np.generic]] | None = None) -> None:
+        """Keep the policy the actors now hold: ``published`` by this group, else the last published
+        (the policy changes only when it is published) or, before any, the one training started from."""
+        if self.snapshots is not None:
+            self.snapshots.write(
+                self.counters, published if published is not None else self.algorithm.policy_weights()
+            )
 
     def run(self, max_groups: int = 0) -> Counters:
         """Ingest and update until stopped or ``max_groups`` groups ran (0: until stopped)."""
@@ -290,6 +303,8 @@ class Learner:
             )
         if resumed:
             self.publish()  # a resumed learner re-announces its policy under a new version
+        if self.snapshots is not None and self.counters.groups == 0:
+            self._snapshot()  # group 0: the policy fine-tuning starts from
         done = 0
         prefetcher: Prefetcher | None = None
         self.guard.remember()
@@ -306,8 +321,9 @@ class Learner:
                     continue  # rolled back: nothing published, logged or checkpointed
                 self.counters.groups += 1
                 done += 1
-                if result.get("actor_updates", 0) > 0:
-                    self.publish()
+                published = self.publish() if result.get("actor_updates", 0) > 0 else None
+                if self.snapshots is not None and self.snapshots.due(self.counters.groups):
+                    self._snapshot(published)
                 if self.counters.groups % self.cfg.log_every_groups == 0:
                     self._log(result)
                 if self.checkpointer and self.counters.groups % self.cfg.checkpoint_every_groups == 0:
@@ -316,13 +332,19 @@ class Learner:
             self._stop.set()
             if prefetcher is not None:
                 prefetcher.close()
+            ingesting = False
             if self._ingest_thread is not None:
                 self._ingest_thread.join(timeout=5)
+                ingesting = self._ingest_thread.is_alive()
                 self._ingest_thread = None
+        if self.snapshots is not None and done and self.snapshots.last_group != self.counters.groups:
+            self._snapshot()  # the last group's policy, published or the last published
         # A stop checkpoints what this run trained or journaled (an incarnation that ran no group
         # may still hold acknowledged batches only in its journal: the checkpoint takes them in).
         if self.checkpointer and (done or (self.journal is not None and self.journal.files())):
             self.save()
+        if not ingesting:  # the last batch handed out is stored (or handed back): say so now
+            self.transitions.commit()
         return self.counters
 
     def save(self) -> None:

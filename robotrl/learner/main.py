@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
+from robotrl.config.load import ConfigError
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core import run_folder
 from robotrl.core.fsync import Fsync
@@ -30,6 +31,7 @@ from robotrl.learner.journal import Journal, restored_ledger
 from robotrl.learner.loop import Learner
 from robotrl.learner.metrics import MetricsLog
 from robotrl.learner.replay import ChunkReplay, ReplaySpec
+from robotrl.learner.snapshots import PolicySnapshots
 from robotrl.learner.torch_utils import resolve_device
 from robotrl.policy.factory import trained_max_delay
 
@@ -111,6 +113,7 @@ def build_learner(
         journal=open_journal(cfg),
         counters=counters,
         admission=Admission(ValueBounds.of(spec, lrn.guard)),
+        snapshots=PolicySnapshots(run_dir, lrn.snapshot_every_groups) if lrn.snapshot_every_groups else None,
         weights_subset=cfg.transport.weights_subset,
         prefetch=lrn.prefetch_batches if lrn.prefetch_batches is not None else 2 * (device.type == "cuda"),
         seed=cfg.seed,
@@ -119,6 +122,16 @@ def build_learner(
         learner.load_buffers(latest / BUFFERS)
     learner.replay_journal(latest)
     return learner
+
+
+def check_offline_demos(learner: Learner, learning_starts: int) -> None:
+    """An offline learner waits for ``learning_starts`` samples that only its demonstrations can
+    provide: fewer would leave it waiting for ever, so it refuses to start."""
+    if len(learner.anchor) < max(learning_starts, 1):
+        raise ConfigError(
+            f"learner.offline: the demonstrations give {len(learner.anchor)} chunk samples, "
+            f"fewer than learner.learning_starts={learning_starts}: lower it or record more"
+        )
 
 
 def _env_spec(cfg: RobotRLConfig) -> EnvSpec:
@@ -139,10 +152,16 @@ def _env_spec(cfg: RobotRLConfig) -> EnvSpec:
 
 def _open_links(cfg: RobotRLConfig) -> tuple[BatchReceiver, Sender[WeightUpdate]]:
     """The ZeroMQ links of the transport package: the one place that names their constructors.
+    An offline learner (``learner.offline``) gets links no actor reaches: an empty in-process
+    transition queue and a weight link that drops every version.
 
     The transition receiver starts from the ledger of what this learner already holds
     (its checkpoint and journal), so batches an actor resends after a restart are
     acknowledged without being stored twice."""
+    if cfg.learner.offline:
+        from robotrl.transport.inproc import DroppedWeights, TransitionQueue
+
+        return TransitionQueue(), DroppedWeights()
     from robotrl.transport.transition_receiver import TransitionReceiver
     from robotrl.transport.weights import WeightPublisher
 
@@ -171,15 +190,22 @@ def run_learner(cfg: RobotRLConfig) -> int:
     policy = build_policy(cfg.policy, spec)  # from policy.path when set: fine-tuning starts there
     transitions, weights = _open_links(cfg)
     learner = build_learner(cfg, policy, spec, transitions, weights)
+    if cfg.learner.offline:
+        check_offline_demos(learner, cfg.learner.learning_starts)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: learner.stop())
     if stop_asked.is_set():
         logging.getLogger(__name__).info("stop asked for while the learner was built: stopping")
         learner.stop()
+    t = cfg.transport
+    links = (
+        f"offline: {cfg.learner.max_groups} groups on {cfg.learner.demos_path} alone"
+        if cfg.learner.offline
+        else f"receiving on {t.transitions_endpoint}, publishing on {t.weights_endpoint}"
+    )
     Console().print(
         f"[bold]robotrl learner[/bold]: {cfg.learner.algorithm.value} "
-        f"on {resolve_device(cfg.learner.device)}, "
-        f"receiving on {cfg.transport.transitions_endpoint}, publishing on {cfg.transport.weights_endpoint}, "
+        f"on {resolve_device(cfg.learner.device)}, {links}, "
         f"metrics in {Path(cfg.run_dir) / run_folder.LEARNER_METRICS}"
     )
     try:

@@ -10,6 +10,8 @@ them), and writes into ``run_dir``:
 - ``policy/``: the latest checkpoint (what ``robotrl actor policy.path=...`` loads); with
   ``pretrain.ema`` the running average of the weights, validated as such,
 - ``policy_best/``: the checkpoint with the lowest validation loss,
+- with ``pretrain.keep_every``, the policy at each multiple of that many steps
+  (``policy_snapshots.pretrain_snapshot``), kept for choosing a budget by success,
 - ``pretrain_state/``: optimiser state and step (and the training iterate, with
   ``pretrain.ema``), so a rerun resumes,
 - the pretraining metrics (``run_folder.PRETRAIN_METRICS``): one JSON line per validation.
@@ -37,6 +39,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from robotrl.config.pretrain import PretrainConfig
 from robotrl.config.schema import RobotRLConfig
+from robotrl.core.policy_snapshots import pretrain_snapshot
 from robotrl.core.run_folder import PRETRAIN_METRICS, append_json_line
 from robotrl.data.lerobot_dataset import DatasetError
 from robotrl.policy.average import WeightAverage
@@ -144,6 +147,8 @@ class Pretrainer:
         """``val_loss`` is the saved weights' (the average's, with ``pretrain.ema``)."""
         with self.averaged():
             replace_dir(self.policy.save, self.run_dir / "policy")
+            if self.keeps(self.step):
+                replace_dir(self.policy.save, pretrain_snapshot(self.run_dir, self.step))
             if val_loss is not None and val_loss < self.best_val:
                 self.best_val = val_loss
                 replace_dir(self.policy.save, self.run_dir / "policy_best")
@@ -157,6 +162,10 @@ class Pretrainer:
             (tmp / TRAINER_FILE).write_text(json.dumps(state) + "\n")
 
         replace_dir(write_state, self.run_dir / STATE_DIR)
+
+    def keeps(self, step: int) -> bool:
+        """Whether the policy at ``step`` is kept as a snapshot (``pretrain.keep_every``)."""
+        return bool(self.pt.keep_every) and step % self.pt.keep_every == 0
 
     def try_resume(self) -> bool:
         """Load policy, optimiser and step from ``run_dir`` when a resume state is there."""
@@ -205,7 +214,7 @@ class Pretrainer:
             while self.step < self.pt.steps:
                 last_loss = self.train_step()
                 done = self.step >= self.pt.steps
-                checkpoint = done or self.step % self.pt.checkpoint_every == 0
+                checkpoint = done or self.step % self.pt.checkpoint_every == 0 or self.keeps(self.step)
                 if done or checkpoint or self.step % self.pt.val_every == 0:
                     with self.averaged():
                         val_loss = self.validation_loss()
@@ -226,6 +235,27 @@ class Pretrainer:
         return {"step": float(self.step), "loss": last_loss, "val_loss": val_loss}
 
 
+def delay_beyond_training(cfg: RobotRLConfig) -> str | None:
+    """Why an actor with the configured latency model (``actor.latency``) would refuse the policy
+    this pretraining makes: the prefix it would commit is longer than ``policy.max_delay``,
+    the longest prefix training-time RTC shows the policy. None when it is covered."""
+    from robotrl.sim.latency import build_latency_model, expected_delay_ticks
+
+    try:
+        model = build_latency_model(cfg.actor.latency)
+    except (ValueError, FileNotFoundError):
+        return None  # an empirical model without its profile: nothing to compare
+    ticks = expected_delay_ticks(model, cfg.actor.delay_quantile, cfg.env.control_hz)
+    if ticks <= cfg.policy.max_delay:
+        return None
+    lat = cfg.actor.latency
+    return (
+        f"policy.max_delay={cfg.policy.max_delay} is shorter than the {ticks} ticks the prefix strategy"
+        f" commits under actor.latency {lat.kind.value}:{lat.median_s:g}; an actor with that latency will"
+        f" refuse this policy (set policy.max_delay >= {ticks} to cover it)"
+    )
+
+
 def main(cfg: RobotRLConfig) -> int:
     """The `robotrl pretrain` role (a flow policy: :mod:`robotrl.config.roles` refuses others)."""
     if not cfg.dataset:
@@ -233,6 +263,9 @@ def main(cfg: RobotRLConfig) -> int:
         return 2
     if cfg.pretrain.threads:
         torch.set_num_threads(cfg.pretrain.threads)
+    uncovered = delay_beyond_training(cfg)
+    if uncovered is not None:
+        console.print(f"robotrl pretrain: warning: {uncovered}")
     try:
         demos = load_demos(cfg.dataset, cfg.env.cameras)
         Pretrainer(cfg, demos).run()

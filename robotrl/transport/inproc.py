@@ -11,6 +11,7 @@ from __future__ import annotations
 import queue
 
 from robotrl.core.batch import TransitionBatch
+from robotrl.core.types import WeightUpdate
 from robotrl.transport.transition_receiver import Received
 from robotrl.transport.transitions import new_stream_id
 
@@ -80,3 +81,23 @@ class TransitionQueue(QueueLink[TransitionBatch]):
         if self._held is not None:
             held, self._held = self._held, None
             self.send(held)
+
+    def commit(self) -> None:
+        """Forget the batch handed out last: nothing outside waits for an acknowledgement."""
+        self._held = None
+
+
+class DroppedWeights:
+    """A weight link that accepts every version and drops it; ``sent`` counts them. An offline
+    learner's (``learner.offline``: no actor listens) and the learner bench's (which must not
+    hold every version in memory)."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def send(self, item: WeightUpdate) -> bool:
+        self.sent += 1
+        return True
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -184,6 +184,7 @@ class LinkServer:
         self._what = what
         self._mandatory = mandatory
         self._sock: zmq.Socket[bytes] | None = None
+        self._close_linger_ms = 0
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -208,10 +209,13 @@ class LinkServer:
             return Delivery.GONE
         return Delivery.SENT
 
-    def close(self) -> None:
+    def close(self, linger_s: float = 0.0) -> None:
+        """Stop the I/O thread; the socket then waits up to ``linger_s`` for messages still queued
+        to go out (by default none: closing never waits on a dead peer)."""
+        self._close_linger_ms = int(linger_s * 1000)
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=5.0)
+            self._thread.join(timeout=5.0 + linger_s)
 
     def _run(self) -> None:
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
@@ -235,7 +239,7 @@ class LinkServer:
                     self._receive(sock)
                 self._handler.after_poll()
         finally:
-            sock.close(linger=0)
+            sock.close(linger=self._close_linger_ms)
             if auth is not None:
                 auth.stop()
             ctx.term()

@@ -180,8 +180,14 @@ class TransitionReceiver:
         with self._actors_lock:
             return {a: live.alive() for a, live in self._actors.items()}
 
-    def close(self) -> None:
-        self._link.close()
+    def close(self, linger_s: float = 1.0) -> None:
+        """Stop the link, after up to ``linger_s`` for the acknowledgements still queued to go out
+        (an actor not told resends, and a learner restarted without a checkpoint would store the
+        batch a second time)."""
+        deadline = time.monotonic() + linger_s
+        while self._to_ack and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._link.close(linger_s=max(deadline - time.monotonic(), 0.0))  # the socket sends them
 
     # -- I/O thread: the link's ServerHandler ----------------------------------------------
 

@@ -7,7 +7,8 @@ raises :class:`~robotrl.wire.codec.WireError` with reason ``schema`` on anything
 peer could get wrong.
 
 - ``infer`` actor -> worker (seq = request id): state, ``img/<camera>`` images and
-  an optional committed ``prefix``; meta epoch, tick, delay, seed, instruction, timestamp;
+  an optional committed ``prefix``; meta epoch, tick, delay, seed, continues, instruction,
+  timestamp;
 - ``chunk`` worker -> actor (seq = request id): ``actions`` unless inference failed;
   meta epoch, obs_tick, policy_version, infer_s, error;
 - ``ready`` worker -> actor, once at start: what the policy is (:class:`WorkerReady`);
@@ -39,6 +40,7 @@ _REQUEST_META: Final = {
     "tick": int,
     "delay": int,
     "seed": int,
+    "continues": int,
     "instruction": str,
     "timestamp": float,
 }
@@ -92,6 +94,7 @@ def request_to_message(request: InferenceRequest) -> Message:
         "tick": obs.tick,
         "delay": request.delay,
         "seed": request.seed,
+        "continues": request.continues,
         "instruction": obs.instruction,
         "timestamp": obs.timestamp,
     }
@@ -108,7 +111,7 @@ def message_to_request(message: Message) -> InferenceRequest:
             raise WireError("schema", f"camera {cam!r} is {img.dtype}, expected uint8")
     prefix = _numeric(message, "prefix") if "prefix" in message.arrays else None
     obs = Observation(m["tick"], _numeric(message, "state"), images, m["instruction"], m["timestamp"])
-    return InferenceRequest(message.seq, m["epoch"], obs, prefix, m["delay"], m["seed"])
+    return InferenceRequest(message.seq, m["epoch"], obs, prefix, m["delay"], m["seed"], m["continues"])
 
 
 def reply_to_message(reply: InferenceReply) -> Message:

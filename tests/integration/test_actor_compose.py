@@ -61,3 +61,32 @@ def test_tee_hands_every_batch_to_both_sinks_in_order():
     alone = tee(None, lambda batch: second.append(len(batch)))
     alone([])
     assert second == [0]
+
+
+@pytest.mark.timeout(300)
+def test_at_zero_delay_every_strategy_runs_the_actions_sync_runs_in_the_real_sim():
+    """The same seed, a random flow policy sampling noise, MuJoCo: a "0 ms" inference leaves the
+    asynchronous strategies nothing to overlap, so they must do exactly what stop-and-wait does."""
+
+    def executed(strategy: str) -> list[list[float]]:
+        cfg = load_config(
+            [
+                *BASE,
+                "env.max_episode_ticks=70",
+                "actor.latency.kind=constant",
+                "actor.latency.median_s=0",
+                f"actor.strategy={strategy}",
+            ]
+        )
+        got: list[Transition] = []
+        parts = compose_actor(cfg, got.extend, online=False, observer=None)
+        try:
+            parts.loop.run_episode(0, seed=7)
+        finally:
+            parts.close()
+        return [t.action.tolist() for t in got]
+
+    sync = executed("sync")
+    assert len(sync) == 70
+    for strategy in ("naive_async", "blend", "prefix"):
+        assert executed(strategy) == sync, strategy

@@ -56,16 +56,27 @@ def test_eval_in_wall_clock_time_runs_the_policy_in_a_worker(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_an_inference_slower_than_half_a_chunk_is_explained_in_the_summary(tmp_path):
-    # 600 ms at 30 Hz is 18 ticks; a 32-step chunk then leaves 14: the robot must hold.
+    # 600 ms at 30 Hz is 18 ticks; a 32-step chunk then leaves 14: one inference at a time, the
+    # robot must hold.
     summary = run_eval(
         tmp_path,
         "actor.episodes=1",
+        "actor.max_in_flight=1",
         "policy.max_delay=24",
         "actor.latency.kind=constant",
         "actor.latency.median_s=0.6",
     )
     assert summary["starved_ticks"] > 0
     assert "policy.horizon (>= 38)" in summary["diagnosis"]
+    assert "actor.max_in_flight" in summary["diagnosis"]
+    pipelined = run_eval(
+        tmp_path / "pipelined",
+        "actor.episodes=1",
+        "policy.max_delay=24",
+        "actor.latency.kind=constant",
+        "actor.latency.median_s=0.6",
+    )
+    assert pipelined["starved_ticks"] == 0 and "diagnosis" not in pipelined
 
 
 @pytest.mark.timeout(300)
@@ -81,3 +92,19 @@ def test_a_scripted_takeover_is_recorded_as_intervention_ticks(tmp_path):
     assert summary["ticks"] == 60 and summary["intervention_ticks"] == 50
     (row,) = [json.loads(line) for line in (tmp_path / "eval_episodes.jsonl").read_text().splitlines()]
     assert row["intervention_ticks"] == 50
+
+
+@pytest.mark.timeout(300)
+def test_a_delay_model_beyond_what_the_policy_was_trained_to_continue_is_refused(tmp_path):
+    # lognormal 0.35 s: its 90% quantile is 0.51 s, 16 ticks at 30 Hz, > policy.max_delay 12.
+    cmd = [ROBOTRL, "eval", "policy=flow_tiny", "env.cameras=[]", "actor.episodes=1", f"run_dir={tmp_path}"]
+    out = subprocess.run(
+        [*cmd, "actor.latency.median_s=0.35", "actor.latency.sigma=0.3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "commit 16 ticks" in out.stderr and "the 12 the policy was trained to continue" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -101,3 +101,31 @@ def test_worker_that_cannot_build_its_policy_fails_at_start():
     spec = WorkerSpec("doubles:no_such_factory", pythonpath=[TESTS])
     with pytest.raises(InferenceFailedError, match="exited with code"):
         ProcessInference(spec, startup_timeout_s=60)
+
+
+@pytest.mark.timeout(120)
+def test_the_worker_fills_a_pipelined_request_from_the_chunk_it_continues_clipped_to_the_bounds():
+    from robotrl.core.types import InferenceRequest, Observation
+
+    spec = WorkerSpec(
+        "doubles:make_tick_policy",
+        {"horizon": H, "noise": 0.5},
+        pythonpath=[TESTS],
+        action_bounds=[[-1e6, -1e6], [5.0, 5.0]],
+    )
+    backend = ProcessInference(spec, startup_timeout_s=60)
+
+    def obs(tick: int) -> Observation:
+        return Observation(tick, np.array([0.0, 0.0, 0.0], np.float32))
+
+    try:
+        backend.submit(InferenceRequest(1, 0, obs(0), None, 0, seed=1))
+        backend.submit(InferenceRequest(2, 0, obs(3), None, 6, seed=2, continues=1))  # rows 3..7, then held
+        first, second = backend.wait(30), backend.wait(30)
+    finally:
+        backend.close()
+    assert first is not None and second is not None and (first.request_id, second.request_id) == (1, 2)
+    assert first.actions is not None and second.actions is not None
+    expected = np.clip(np.concatenate([first.actions[3:], first.actions[-1:]]), -1e6, 5.0)
+    assert first.actions.max() > 5.0  # the clip is exercised
+    assert np.array_equal(second.actions[:6], expected)

@@ -167,3 +167,34 @@ def test_fsync_settings_reach_the_journal_and_checkpoints(tmp_path):
         assert learner.journal is not None and learner.checkpointer is not None
         calls[fsync] = (learner.journal.fsync.calls, learner.checkpointer.fsync.calls)
     assert calls[True][0] >= 2 and calls[True][1] > 5 and calls[False] == (0, 0)
+
+
+def test_a_learner_that_stops_acknowledges_the_last_batch_it_stored(tmp_path):
+    """The receiver acknowledges a batch at the next receive; a stopping learner asks for none,
+    so without its own acknowledgement the actor would resend the batch it stored last (and a
+    learner restarted without a checkpoint would store it twice)."""
+    cfg = small_learner_config(
+        str(tmp_path / "run"),
+        RapiConfig(
+            critic_hidden=16, critic_updates_per_group=1, critic_warmup_updates=0, critic_images=False
+        ),
+    )
+    rx = TransitionReceiver(f"ipc://{tmp_path}/t.sock", **LINK)
+    learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3, hidden=16), SPEC, rx, QueueLink(), console=False)
+    tx = TransitionSender(rx.endpoint, "actor-0", spool_dir=tmp_path / "spool", write_ahead=True, **LINK)
+    try:
+        for b in batches():
+            assert tx.send(b)
+        wait_until(
+            lambda: learner.ingest_next(0.05) and learner.counters.transitions == N * TICKS, 60, "all stored"
+        )
+        learner.stop()  # asked for while the last batch is held, stored and not yet acknowledged
+        learner.run()
+        rx.close()  # lingers for the acknowledgements still queued
+        assert tx.flush(10), tx.stats()
+    finally:
+        tx.close()
+        rx.close()
+        learner.online.close()
+        learner.anchor.close()
+    assert tx.stats()["acked"] == N

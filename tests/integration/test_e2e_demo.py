@@ -15,11 +15,13 @@ REPO = Path(__file__).resolve().parents[2]
 SMOKE = [
     "experiment.demos=3",
     "experiment.pretrain_steps=60",
+    "experiment.select_every=30",  # two candidate budgets, validated
+    "experiment.validation_episodes=2",
     "experiment.eval_episodes=3",
     "experiment.online_episodes=2",
     "experiment.update_groups=3",
     "experiment.rerun_episodes=1",
-    "experiment.algorithms=[rapi,bc,bc_demos]",  # the preset runs the first two: test all three
+    "experiment.algorithms=[rapi,bc,bc_demos]",  # the preset runs the first two: test three
     "env.max_episode_ticks=120",
     "pretrain.val_every=30",
     "pretrain.checkpoint_every=30",
@@ -47,19 +49,23 @@ def test_quick_demo_runs_every_step_and_a_second_run_reuses_them(tmp_path: Path)
     first = _demo(out)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     results = json.loads((out / "results.json").read_text())
-    for key in (
-        "success_before",
-        "success_after",
-        "success_bc",
-        "success_bc_demos",
-        "ci95",
-        "episodes",
-        "wall_s",
-    ):
+    for key in ("success", "ci95", "best_offline_steps", "validation_success", "episodes", "wall_s"):
         assert key in results
     assert results["episodes"] == 3
-    for name in ("success_before", "success_after", "success_bc", "success_bc_demos"):
-        assert 0.0 <= results[name] <= 1.0
+    policies = ("best_offline", "offline_control", "rapi", "bc", "bc_demos")
+    assert list(results["success"]) == list(policies)
+    assert all(0.0 <= rate <= 1.0 for rate in results["success"].values())
+    assert list(results["validation_success"]) == ["30", "60"] and results["best_offline_steps"] in (30, 60)
+    # the demonstrations carry the source condition; everything after them ran in the target
+    from robotrl.data.lerobot_dataset import RecordedDataset
+
+    scene = RecordedDataset(out / "demos").scene
+    assert scene is not None and scene == results["setting"]["source_scene"]
+    assert results["setting"]["target_scene"]["cube_azimuth"] == results["shift"]["cube_azimuth"]
+    assert scene["cube_azimuth"] != results["shift"]["cube_azimuth"]
+    assert "learning-curve evaluations: 2 at a time" in first.stdout
+    # the control made exactly a fine-tune's budget of updates: 3 groups of the preset's 50
+    assert results["actor_updates"]["offline_control"] == [3 * 50]
     for name, figures in results["per_policy"].items():  # every eval says how its episodes ended
         assert sum(figures["outcomes"].values()) == 3, name
     assert "how the failed episodes ended:" in first.stdout
@@ -75,5 +81,6 @@ def test_quick_demo_runs_every_step_and_a_second_run_reuses_them(tmp_path: Path)
     # the preset fine-tunes side by side; one by one, the same runs are the same steps
     second = _demo(out, "experiment.finetune_workers=1")
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
-    assert second.stdout.count("cached") == 10  # record, pretrain, 4 evals, 3 fine-tunings, rerun
-    assert json.loads((out / "results.json").read_text())["success_after"] == results["success_after"]
+    # record, pretrain, 2 validations, 5 evals, control, 3 fine-tunings, rerun, 3 runs x 2 curve points
+    assert second.stdout.count("cached") == 20
+    assert json.loads((out / "results.json").read_text())["success"] == results["success"]

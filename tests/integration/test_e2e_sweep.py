@@ -57,10 +57,9 @@ def test_latency_sweep_writes_one_row_per_cell_and_a_plot(tmp_path: Path):
     assert json.loads((out / "results.json").read_text())["rows"] == rows
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_without_a_checkpoint_the_sweep_records_and_pretrains_on_the_avoid_task(tmp_path: Path):
-    cfg = load_config(
+def pretraining_sweep(tmp_path: Path, *overrides: str):
+    """A tiny sweep that records its demonstrations and pretrains its policies (one latency)."""
+    return load_config(
         [
             "experiment=latency_sweep",
             f"experiment.output_dir={tmp_path}",
@@ -71,13 +70,46 @@ def test_without_a_checkpoint_the_sweep_records_and_pretrains_on_the_avoid_task(
             "pretrain.warmup_steps=5",
             "env.max_episode_ticks=30",
             "experiment.latencies=[constant:0.2]",
-            "experiment.strategies=[naive_async,prefix]",
-            "experiment.sweep_episodes=1",
+            *overrides,
         ]
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_without_a_checkpoint_the_sweep_records_and_pretrains_on_the_avoid_task(tmp_path: Path):
+    cfg = pretraining_sweep(
+        tmp_path,
+        "experiment.seeds=1",
+        "experiment.strategies=[naive_async,prefix]",
+        "experiment.sweep_episodes=1",
     )
     assert cfg.env.id == "robotrl/SO101Avoid-v0" and cfg.env.cameras == []
     assert run_sweep(cfg) == 0
     assert (tmp_path / "demos" / "meta" / "info.json").is_file()
     result = json.loads((tmp_path / "latency_sweep" / "results.json").read_text())
-    assert result["policy"] == str(tmp_path / "pretrain" / "policy")
+    assert result["policies"] == [str(tmp_path / "pretrain" / "policy")]
     assert [r["strategy"] for r in result["rows"]] == ["naive_async", "prefix"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_seeds_pretrain_one_policy_each_and_the_table_pools_their_cells(tmp_path: Path):
+    cfg = pretraining_sweep(
+        tmp_path, "experiment.seeds=2", "experiment.strategies=[sync,prefix]", "experiment.sweep_episodes=2"
+    )
+    assert run_sweep(cfg) == 0
+    result = json.loads((tmp_path / "latency_sweep" / "results.json").read_text())
+    first, second = (tmp_path / "pretrain" / "policy", tmp_path / f"pretrain_seed{cfg.seed + 1}" / "policy")
+    assert result["policies"] == [str(first), str(second)]
+    assert (first / "model.safetensors").read_bytes() != (second / "model.safetensors").read_bytes()
+    assert [(r["strategy"], r["policy"]) for r in result["seed_rows"]] == [
+        ("sync", 0),
+        ("prefix", 0),
+        ("sync", 1),
+        ("prefix", 1),
+    ]
+    for row in result["rows"]:
+        cells = [r for r in result["seed_rows"] if r["strategy"] == row["strategy"]]
+        assert row["episodes"] == 4 and row["runs"] == [c["success_rate"] for c in cells]
+        assert row["success_rate"] == sum(c["success_rate"] for c in cells) / 2

@@ -10,6 +10,8 @@ from lerobot.utils.errors import DeviceNotConnectedError
 from robotrl.sim.config_so101_sim import SO101SimConfig
 from robotrl.sim.so101_sim import SO101Sim
 
+from robotrl.config.scene import SceneConfig
+
 
 def test_lerobot_factory_builds_the_sim_robot(tmp_path):
     robot = make_robot_from_config(SO101SimConfig(id="sim", calibration_dir=tmp_path, sim_cameras=[]))
@@ -40,3 +42,16 @@ def test_robot_connects_observes_acts_and_disconnects(tmp_path):
         robot.send_action({"shoulder_pan.pos": 0.0})
     robot.disconnect()
     assert not robot.is_connected
+
+
+def test_the_sim_robot_runs_in_the_scene_its_config_names(tmp_path):
+    """lerobot's tools record in a chosen condition too (``--robot.scene.cube_azimuth=[0.6,0.8]``)."""
+    scene = SceneConfig(cube_azimuth=[0.6, 0.8], cube_mass_scale=2.0)
+    robot = SO101Sim(SO101SimConfig(id="sim", calibration_dir=tmp_path, sim_cameras=[], scene=scene))
+    robot.connect()
+    assert robot.env is not None and robot.env.scene == scene
+    for seed in range(5):
+        robot.reset(seed=seed)
+        x, y = robot.env.cube_pose[:2]
+        assert 0.6 <= np.arctan2(y, x) <= 0.8
+    robot.disconnect()

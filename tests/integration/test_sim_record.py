@@ -139,3 +139,43 @@ def test_deliberate_misses_are_checked():
         load_config(["env=so101_reach", "record.miss_rate=0.5"])
     with pytest.raises(ConfigError, match=r"record\.miss_offset"):
         load_config(["record.miss_offset=0"])
+
+
+@pytest.mark.slow
+def test_a_recording_carries_the_scene_it_was_recorded_under(tmp_path, monkeypatch):
+    """The source condition travels with the demonstrations, and every episode starts with its
+    cube inside that condition's placement ranges (the privileged state holds the cube pose)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from robotrl.data.lerobot_dataset import RecordedDataset
+
+    scene = {
+        "cube_azimuth": [0.55, 0.85],
+        "cube_radius": [0.19, 0.25],
+        "cube_mass_scale": 2.0,
+        "cube_friction_scale": 0.5,
+    }
+    out = tmp_path / "demos"
+    args = ["record", "env=so101_pick_place", "policy=expert", "env.cameras=[]", "env.privileged_state=true"]
+    shifted = [f"env.scene.{key}={value}".replace(" ", "") for key, value in scene.items()]
+    assert main([*args, *shifted, "record.episodes=2", f"record.output_dir={out}"]) == 0
+    dataset = RecordedDataset(out)
+    assert dataset.scene == scene
+    state, names = dataset.column("state"), dataset.names("state")
+    x, y = state[:, names.index("cube.x")], state[:, names.index("cube.y")]
+    starts = [int(rows[0]) for rows in dataset.episodes()]
+    assert len(starts) == 2
+    for row in starts:
+        assert 0.55 <= np.arctan2(y[row], x[row]) <= 0.85
+        assert 0.19 <= np.hypot(x[row], y[row]) <= 0.25
+
+
+def test_a_dataset_recorded_without_a_scene_says_none(tmp_path):
+    from robotrl.data.lerobot_dataset import DatasetWriter, RecordedDataset
+
+    columns = ("state", "instruction", "action")
+    writer = DatasetWriter(tmp_path / "plain", "local/plain", 30, columns, (["s"], ["a"]), {}, False)
+    for tick in range(3):
+        writer.add({"state": [float(tick)], "instruction": "hold", "action": [0.0]})
+    writer.save_episode()
+    writer.finalize()
+    assert RecordedDataset(tmp_path / "plain").scene is None

@@ -350,3 +350,143 @@ def test_a_delay_past_half_the_chunk_is_diagnosed_and_a_shorter_one_is_not():
     assert chunk_too_short(15.0, 32, 2) is None  # 15 + 2 <= 32 - 15: the plan lasts
     diagnosis = chunk_too_short(18.0, 32, 2)
     assert diagnosis is not None and "policy.horizon (>= 38)" in diagnosis
+
+
+def test_asking_early_pays_up_to_about_sixty_two_percent_of_the_chunk():
+    from robotrl.actor.loop import early_request_pays
+
+    assert all(early_request_pays(d, 32) for d in range(0, 20))  # 19 of 32 ticks: 0.59
+    assert not any(early_request_pays(d, 32) for d in range(20, 32))
+    assert early_request_pays(4, 8) and not early_request_pays(5, 8)
+
+
+class ChunkLog:
+    """Observer keeping every merged chunk."""
+
+    def __init__(self) -> None:
+        self.chunks: list = []
+
+    def on_tick(self, *args: object) -> None: ...
+
+    def on_chunk(self, episode_id: int, chunk) -> None:
+        self.chunks.append(chunk)
+
+
+def test_a_prefix_past_the_plan_commits_the_held_action_and_matches_what_the_arm_executed():
+    # One inference at a time, 9 ticks of delay on a 16-step chunk: each chunk leaves 7 new
+    # actions, so the next request commits those 7 and then 2 ticks of the arm holding the last.
+    horizon = 16
+    policy = TickPolicy(horizon=horizon, noise=0.5)
+    loop, env, _ = make(
+        Strategy.prefix, ConstantLatency(0.3), policy=policy, horizon=horizon, max_in_flight=1
+    )
+    log = ChunkLog()
+    loop.observer = log
+    result = loop.run_episode(0, seed=5)
+    assert set(result.delays[1:]) == {9} and result.prefix_overruns == 0
+    given = [p for p in policy.prefixes if p is not None]
+    assert given and all(len(p) == 9 for p in given)
+    assert all(np.array_equal(p[6], p[7]) and np.array_equal(p[7], p[8]) for p in given[1:])
+    assert result.starved_ticks > 0  # the held ticks
+    checked = 0
+    for chunk in log.chunks:
+        n = min(chunk.prefix_len, len(env.executed) - chunk.obs_tick)
+        if n > 0:
+            executed = np.array(env.executed[chunk.obs_tick : chunk.obs_tick + n])
+            assert np.array_equal(executed, chunk.actions[:n])  # bit-exact: no seam at any switch
+            checked += 1
+    assert checked >= 3
+
+
+def test_prefix_waits_like_sync_when_asking_early_would_move_the_arm_less():
+    # One inference at a time, 6 ticks of delay on an 8-step chunk: past 0.62 of the chunk,
+    # stopping to wait moves the arm more.
+    def run(strategy: Strategy) -> list[list[float]]:
+        loop, env, _ = make(strategy, ConstantLatency(0.2), policy=TickPolicy(horizon=H), max_in_flight=1)
+        loop.run_episode(0, seed=1)
+        return [a.tolist() for a in env.executed]
+
+    assert run(Strategy.prefix) == run(Strategy.sync)
+
+
+@pytest.mark.parametrize("strategy", [Strategy.naive_async, Strategy.blend, Strategy.prefix])
+def test_at_zero_delay_every_strategy_executes_what_sync_executes(strategy):
+    def run(strategy: Strategy) -> tuple[list[list[float]], int]:
+        loop, env, policy = make(strategy, ConstantLatency(0.0), policy=TickPolicy(horizon=H))
+        loop.run_episode(0, seed=2)
+        return [a.tolist() for a in env.executed], policy.calls
+
+    assert run(strategy) == run(Strategy.sync)
+
+
+def test_a_steady_delay_needs_no_margin_and_a_varying_one_keeps_it():
+    from robotrl.actor.latency import DelayEstimator
+
+    estimator = DelayEstimator(window=5, quantile=0.9, initial_ticks=3)
+    assert estimator.varies()  # nothing measured: hedge
+    for _ in range(4):
+        estimator.record(3)
+    assert not estimator.varies()
+    estimator.record(4)
+    assert estimator.varies()
+    for _ in range(5):
+        estimator.record(4)
+    assert not estimator.varies()  # the window forgot the 3s
+
+
+def _seamless(log: ChunkLog, executed: list) -> int:
+    """Assert every merged chunk's committed rows are what the arm executed at their ticks;
+    returns how many chunks had committed rows that ran."""
+    checked = 0
+    for chunk in log.chunks:
+        n = min(chunk.prefix_len, len(executed) - chunk.obs_tick)
+        if n > 0:
+            ran = np.array(executed[chunk.obs_tick : chunk.obs_tick + n])
+            assert np.array_equal(ran, chunk.actions[:n]), chunk.chunk_id
+            checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("seconds", [0.2, 0.5, 0.7])  # 6, 15 and 21 ticks of a 24-step chunk
+def test_pipelined_prefix_never_starves_up_to_a_horizon_and_each_chunk_continues_what_ran(seconds):
+    horizon = 24
+    policy = TickPolicy(horizon=horizon, noise=0.5)  # noisy chunks: any seam would show
+    loop, env, _ = make(
+        Strategy.prefix, ConstantLatency(seconds), policy=policy, horizon=horizon, env=LineEnv(max_ticks=120)
+    )
+    log = ChunkLog()
+    loop.observer = log
+    result = loop.run_episode(0, seed=4)
+    delay = round(seconds * 30)
+    assert result.ticks == 120 and result.starved_ticks == 0 and result.prefix_overruns == 0
+    assert set(result.delays[1:]) == {delay}
+    assert _seamless(log, env.executed) >= 3
+
+
+def test_two_inferences_in_flight_commit_the_rows_the_arm_then_executed_bit_exact():
+    # 5 ticks of delay on an 8-step chunk: a request every 3 ticks, two in flight at once.
+    policy = TickPolicy(horizon=H, noise=1.0)
+    loop, env, _ = make(Strategy.prefix, ConstantLatency(5 / 30), policy=policy, env=LineEnv(max_ticks=60))
+    log = ChunkLog()
+    loop.observer = log
+    result = loop.run_episode(0, seed=9)
+    assert result.starved_ticks == 0 and result.chunks_merged >= 15
+    assert _seamless(log, env.executed) >= 15
+
+
+def test_one_at_a_time_starves_where_pipelining_does_not():
+    def starved(max_in_flight: int) -> int:
+        loop, _env, _ = make(Strategy.prefix, ConstantLatency(5 / 30), max_in_flight=max_in_flight)
+        return loop.run_episode(0, seed=0).starved_ticks
+
+    assert starved(1) > 0 and starved(0) == 0
+
+
+def test_a_failed_pipelined_inference_costs_one_error_and_the_next_continues_the_plan():
+    policy = TickPolicy(horizon=H, noise=0.5, error_calls=[3])
+    loop, env, _ = make(Strategy.prefix, ConstantLatency(5 / 30), policy=policy, env=LineEnv(max_ticks=60))
+    log = ChunkLog()
+    loop.observer = log
+    result = loop.run_episode(0, seed=2)
+    assert result.failure is None and result.inference_errors == 1
+    assert _seamless(log, env.executed) >= 10

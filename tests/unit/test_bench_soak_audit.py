@@ -95,6 +95,6 @@ def test_the_nan_hook_poisons_the_policy_after_the_next_update_group_only():
 def test_memory_growth_is_the_rise_of_the_floor_not_a_fault_windows_transient():
     start_up, flat = [100.0, 300.0, 400.0], [500.0] * 6
     held_during_a_fault = [*start_up, *flat[:3], 500.0, 590.0, 580.0, 500.0, 501.0, 500.0]
-    leaking = [*start_up, *(500.0 + 20 * i for i in range(9))]
+    leaking = [*start_up, *(500.0 + 30 * i for i in range(9))]
     growth = audit.memory_growth({"transient": held_during_a_fault, "leak": leaking})
     assert growth["transient"] < audit.MEMORY_GROWTH_MB <= growth["leak"]

@@ -20,7 +20,8 @@ def _is_int(owner: Any, name: str) -> bool:
 
 def outside(b: Bounds, owner: Any, name: str) -> list[Any]:
     """Values that break ``b``: each edge just past the range, a choice not offered, a string
-    not of the pattern, a blank, an empty or repeating list, an item ``each`` refuses."""
+    not of the pattern, a blank, an empty or repeating list, a reversed range, an item ``each``
+    refuses."""
     default = getattr(owner, name)
     listed = isinstance(default, list)
     step = 1 if _is_int(owner, name) else 0.5
@@ -42,6 +43,8 @@ def outside(b: Bounds, owner: Any, name: str) -> list[Any]:
     if b.distinct:
         assert default, f"{name}: a distinct list needs a default item to repeat"
         values.append([default[0], default[0]])
+    if b.low_high:
+        values.append(list(reversed(default)))
     if b.each is not None:
         values.append(["not-an-item"] if listed else {"bad": "not-an-item"})
     return values
@@ -99,6 +102,10 @@ def test_every_declared_bound_rejects_a_value_outside_it_naming_the_field(name, 
         ("transport.weights_subset=half", "transport.weights_subset: must be one of ['trainable', 'full']"),
         ("record.repo_id=x", "record.repo_id: must be of the form 'owner/name', got 'x'"),
         ("replay.episodes=[1,-1]", "replay.episodes: must hold values >= 0, got [1, -1]"),
+        (
+            "env.scene.cube_azimuth=[0.85,0.55]",
+            "env.scene.cube_azimuth: must be a range [low, high], low <= high, each in [-1.2, 1.2], got",
+        ),
         ("experiment.latencies=[warp:1]", "experiment.latencies: 'warp:1': unknown latency kind 'warp'"),
         ("+hardware.cameras.front={index_or_path:0}", "hardware.cameras.front: needs a lerobot camera"),
         ("dataset=' '", "dataset: must be null or not blank, got ' '"),

@@ -166,12 +166,12 @@ def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path:
     printed = io.StringIO()
     demo = Demo(cfg, Console(file=printed, width=200))
     launched: dict[str, list[str]] = {}
-    wins = iter([5, 6, 4, 10, 6])  # pretrained, then rapi run 1, bc run 1, rapi run 2, bc run 2
+    wins = iter([5, 7, 6, 4, 10, 6])  # best offline, control, rapi run 1, bc run 1, rapi run 2, bc run 2
 
     def fake_step(title: str, out: Path, argv: list[str], inputs: object = ()) -> None:
         load_config(argv[4:])  # the step's own process accepts its command line
         out.mkdir(parents=True, exist_ok=True)
-        if argv[3] == "launch":
+        if argv[3] in ("launch", "learner"):
             launched[out.name] = argv
             (out / "policy").mkdir()
         elif argv[3] == "eval":
@@ -189,9 +189,12 @@ def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path:
     monkeypatch.setattr(demo.steps, "run", fake_step)
     monkeypatch.setattr("robotrl.experiment.demo.run_parallel", fake_parallel)
     assert demo.run() == 0
-    assert list(launched) == ["finetune_rapi", "finetune_bc", "finetune_rapi-run2", "finetune_bc-run2"]
-    # side by side, every fine-tune first, then every evaluation; one by one, nothing in the background
-    assert batches == ([["launch"] * 4, ["eval"] * 4] if workers > 1 else [])
+    runs = ["finetune_rapi", "finetune_bc", "finetune_rapi-run2", "finetune_bc-run2"]
+    assert [name for name in launched if name != "finetune_offline_control"] == runs
+    assert "finetune_offline_control" in launched
+    # side by side, every fine-tune and then the control, then every evaluation; one by one,
+    # nothing in the background
+    assert batches == ([["launch"] * 4 + ["learner"], ["eval"] * 5] if workers > 1 else [])
     stride = cfg.launch.actor_seed_stride
     assert "seed=0" in launched["finetune_rapi"] and "actor.seed=0" in launched["finetune_rapi"]
     assert (
@@ -203,12 +206,26 @@ def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path:
     )  # the same episodes as rapi's run 2
     results = json.loads((tmp_path / "results.json").read_text())
     assert (results["repeats"], results["episodes"]) == (2, 10)
-    assert (results["success_before"], results["success_after"], results["success_bc"]) == (0.5, 0.8, 0.5)
+    success = results["success"]
+    assert (success["best_offline"], success["offline_control"], success["rapi"], success["bc"]) == (
+        0.5,
+        0.7,
+        0.8,
+        0.5,
+    )
     assert results["per_policy"]["rapi"]["runs"] == [0.6, 1.0]
     assert results["per_policy"]["bc"]["episodes"] == 20
-    assert results["ci95"]["after"] == [round(b, 4) for b in wilson_interval(16, 20)]
-    # 3 starved ticks in each run's 10 episodes: the pooled rows (20 episodes) read as the pretrained one
-    assert "starved ticks / episode" in printed.getvalue() and printed.getvalue().count(" 0.30 ") == 3
+    assert results["ci95"]["rapi"] == [round(b, 4) for b in wilson_interval(16, 20)]
+    assert results["rapi_beats_beyond_ci"] == {"best_offline": False, "offline_control": False, "bc": False}
+    updates = cfg.experiment.update_groups * cfg.learner.actor_updates_per_group
+    assert results["offline_control_updates"] == updates
+    assert results["actor_updates"] == {  # the stubbed learners logged nothing
+        "offline_control": [None],
+        "rapi": [None, None],
+        "bc": [None, None],
+    }
+    # 3 starved ticks in each run's 10 episodes: the pooled rows (20 episodes) read as the unpooled ones
+    assert "starved ticks / episode" in printed.getvalue() and printed.getvalue().count(" 0.30 ") == 4
     assert "+ online RAPI (of 20): 4 x" in printed.getvalue()
 
 
@@ -227,6 +244,14 @@ def test_the_online_seeds_of_every_run_stay_clear_of_the_evaluation_seeds(tmp_pa
     assert "evaluation seeds 200100-200299 overlap the fine-tuning runs' online seeds 0-200299" in (
         capsys.readouterr().err
     )
+    validation = load_config(["experiment=demo", "experiment.validation_seed=1000150"])
+    assert demo_seed_problems(validation) == [
+        (
+            "experiment.validation_seed",
+            "the validation seeds 1000150-1000199 overlap the final evaluation seeds 1000000-1000199: "
+            "move experiment.validation_seed past them",
+        )
+    ]
     # an evaluation step's own process carries actor.seed = the evaluation seed: not a clash
     assert load_config(["experiment=demo", "actor.seed=1000000"]).actor.seed == 1_000_000
     with pytest.raises(ConfigError, match=r"experiment\.repeats"):
@@ -311,23 +336,38 @@ def test_bad_latency_specs_name_themselves(bad: str):
         parse_latency(bad)
 
 
-def _sweep_row(latency: str, strategy: str, rate: float, ci95: list[float], jerk: float) -> dict[str, object]:
+def _sweep_row(
+    latency: str, strategy: str, rate: float, ci95: list[float], jerk: float, seconds: float | None = None
+) -> dict[str, object]:
     """One row of a sweep's results, as findings() reads it."""
-    return {"latency": latency, "strategy": strategy, "success_rate": rate, "ci95": ci95, "jerk_rms": jerk}
+    return {
+        "latency": latency,
+        "strategy": strategy,
+        "success_rate": rate,
+        "ci95": ci95,
+        "jerk_rms": jerk,
+        "mean_time_to_success_s": seconds,
+    }
 
 
-def test_sweep_findings_compare_prefix_with_naive_async_by_interval():
+def test_sweep_findings_compare_prefix_with_sync_and_naive_async_by_interval():
     rows = [
-        _sweep_row("constant:0.4", "prefix", 0.9, [0.8, 0.95], 10),
+        _sweep_row("constant:0.4", "sync", 0.8, [0.7, 0.87], 5, 4.0),
+        _sweep_row("constant:0.4", "prefix", 0.9, [0.8, 0.95], 10, 3.0),
         _sweep_row("constant:0.4", "naive_async", 0.3, [0.2, 0.45], 30),
+        _sweep_row("constant:0", "sync", 0.8, [0.7, 0.87], 10, 2.0),
         _sweep_row("constant:0", "prefix", 0.5, [0.3, 0.7], 10),
         _sweep_row("constant:0", "naive_async", 0.6, [0.4, 0.8], 10),
     ]
     out = findings(rows)
-    assert "better than" in out[0] and "not distinguishable" in out[1]
-    assert "difference +60 points" in out[0] and "difference -10 points" in out[1]
-    assert out[0].endswith("jerk RMS 10 vs 30")
-    assert out[2] == "prefix versus naive_async over 2 latencies: better at constant:0.4; worse at none"
+    assert out[0].startswith("constant:0.4: prefix 90%, against sync 80%: +10 points")
+    assert "kept), time to success 3.00 s vs 4.00 s" in out[0]
+    assert "better than naive_async 30% (+60 points" in out[0]
+    assert "LOST), time to success - vs 2.00 s" in out[1] and "not distinguishable from" in out[1]
+    assert out[2] == (
+        "prefix over 2 latencies: short of sync at constant:0; better than naive_async at constant:0.4,"
+        " worse at none"
+    )
 
 
 def test_sweep_findings_call_a_difference_whose_interval_excludes_zero_even_where_intervals_overlap():
@@ -336,10 +376,10 @@ def test_sweep_findings_call_a_difference_whose_interval_excludes_zero_even_wher
         _sweep_row("constant:0.6", s, k / 100, list(wilson_interval(k, 100)), 1)
         for s, k in (("prefix", 78), ("naive_async", 60))
     ]
-    assert "prefix 78% is better than naive_async 60%" in findings(rows)[0]
+    assert "prefix 78%, better than naive_async 60%" in findings(rows)[0]
     rows.reverse()
     rows[0]["strategy"], rows[1]["strategy"] = "prefix", "naive_async"
-    assert "prefix 60% is WORSE than naive_async 78%" in findings(rows)[0]
+    assert "prefix 60%, WORSE than naive_async 78%" in findings(rows)[0]
 
 
 def test_difference_interval_matches_newcombes_worked_example():

@@ -69,7 +69,11 @@ def test_progress_lines_name_the_running_runs_and_skip_the_finished(tmp_path: Pa
 def test_fine_tuning_runs_side_by_side_are_at_least_one_and_at_most_the_runs():
     cfg = load_config(["experiment=demo"])
     assert cfg.experiment.finetune_workers == 2 and Demo(cfg, Console()).finetune_workers == 2
-    lone = load_config(["experiment=demo", "experiment.algorithms=[rapi]"])
+    lone = load_config(
+        ["experiment=demo", "experiment.algorithms=[rapi]", "experiment.offline_control=false"]
+    )
     assert Demo(lone, Console()).finetune_workers == 1  # in the foreground, with launch's table
+    with_control = load_config(["experiment=demo", "experiment.algorithms=[rapi]"])
+    assert Demo(with_control, Console()).finetune_workers == 2  # the offline control is a run too
     with pytest.raises(ConfigError, match=r"experiment\.finetune_workers"):
         load_config(["experiment.finetune_workers=0"])

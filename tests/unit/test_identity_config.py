@@ -50,7 +50,7 @@ def test_only_loopback_ipc_and_inproc_count_as_local(endpoint, local):
 
 def test_curve_null_is_on_exactly_when_an_endpoint_leaves_the_host():
     assert not curve_on(TransportConfig())  # the default: loopback, so `make demo` needs no keys
-    assert curve_on(TransportConfig(weights_endpoint="tcp://0.0.0.0:5556"))
+    assert curve_on(TransportConfig(weights_endpoint="tcp://0.0.0.0:0"))
     assert not curve_on(TransportConfig(transitions_endpoint="ipc:///tmp/t", weights_endpoint="ipc:///tmp/w"))
     assert curve_on(TransportConfig(curve=True))
 

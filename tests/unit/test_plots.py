@@ -15,8 +15,15 @@ def _is_png(path: Path) -> bool:
 
 def test_a_sweep_of_one_latency_plots_without_warnings(tmp_path: Path):
     rows = [
-        {"latency": "constant 0 ms", "strategy": s, "success_rate": 0.5, "ci95": [0.4, 0.6], "jerk_rms": 1.0}
-        for s in ("sync", "prefix")
+        {
+            "latency": "constant 0 ms",
+            "strategy": s,
+            "success_rate": 0.5,
+            "ci95": [0.4, 0.6],
+            "jerk_rms": 1.0,
+            "mean_time_to_success_s": t,
+        }
+        for s, t in (("sync", 2.5), ("prefix", None))  # None: no episode succeeded
     ]
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -11,6 +11,7 @@ from policy_datasets import ACTION_DIM, CAMERAS, make_dataset
 
 from robotrl.cli import main as cli_main
 from robotrl.config.load import load_config
+from robotrl.core.policy_snapshots import pretrain_snapshots
 from robotrl.core.types import Observation
 from robotrl.policy import load_policy
 from robotrl.policy.data import load_demos, split_episodes
@@ -80,6 +81,18 @@ def test_pretrain_role_writes_a_loadable_checkpoint_with_dataset_statistics(data
     assert chunk.shape == (8, ACTION_DIM) and np.array_equal(chunk[:2], prefix)
 
 
+def test_keep_every_keeps_the_policy_of_each_multiple_as_it_was_then(dataset, tmp_path):
+    run = tmp_path / "run"
+    assert cli_main(["pretrain", *overrides(dataset, run, 12), "pretrain.keep_every=4"]) == 0
+    kept = pretrain_snapshots(run)
+    assert list(kept) == [4, 8, 12]  # 4 and 8 fall between checkpoints (every 10): kept anyway
+    final = load_policy(run / "policy").state_dict()
+    for step, folder in kept.items():
+        weights = load_policy(folder).state_dict().values()
+        same = all(torch.equal(a, b) for a, b in zip(weights, final.values(), strict=True))
+        assert same == (step == 12), step  # each is its step's policy, not the last one
+
+
 @pytest.mark.slow
 def test_resumed_pretraining_matches_an_uninterrupted_run(dataset, tmp_path):
     demos = load_demos(dataset, CAMERAS)
@@ -143,3 +156,19 @@ def test_bad_pretrain_config_names_the_field(override, field):
 
     with pytest.raises(ConfigError, match=field):
         load_config([override])
+
+
+def test_pretraining_warns_when_the_configured_latency_needs_a_longer_prefix_than_max_delay():
+    from robotrl.policy.pretrain import delay_beyond_training
+
+    assert delay_beyond_training(load_config(["policy=flow_tiny"])) is None  # 150 ms: 7 ticks <= 12
+    # lognormal 0.35 s: the 90% quantile is 0.51 s, 16 ticks at 30 Hz
+    slow = load_config(["policy=flow_tiny", "actor.latency.median_s=0.35"])
+    warning = delay_beyond_training(slow)
+    assert warning is not None and "policy.max_delay=12" in warning and "policy.max_delay >= 16" in warning
+    assert (
+        delay_beyond_training(
+            load_config(["policy=flow_tiny", "actor.latency.median_s=0.35", "policy.max_delay=16"])
+        )
+        is None
+    )

@@ -138,12 +138,14 @@ def test_demo_and_sweep_results_round_trip(tmp_path: Path):
     results = {"success_before": 0.5, "success_after": 0.75, "ci95": {"before": [0.3, 0.7]}}
     rf.write_demo_results(tmp_path / "demo", results)
     assert rf.read_demo_results(tmp_path / "demo") == results
-    sweep = rf.SweepResults("ckpt", [{"latency": "constant:0.1", "strategy": "prefix", "success_rate": 1.0}])
+    row = {"latency": "constant:0.1", "strategy": "prefix", "success_rate": 1.0}
+    sweep = rf.SweepResults(["ckpt"], [row], [{**row, "policy": 0}])
     rf.write_sweep_results(tmp_path / "sweep", sweep)
     assert rf.read_sweep_results(tmp_path / "sweep") == sweep
     assert json.loads((tmp_path / "sweep" / "results.json").read_text()) == {
-        "policy": "ckpt",
+        "policies": ["ckpt"],
         "rows": sweep.rows,
+        "seed_rows": sweep.seed_rows,
     }
 
 

@@ -1,0 +1,124 @@
+"""The demo's offline baselines, what a fine-tune must beat to count.
+
+- The **best offline policy**: behaviour cloning on the demonstrations, its pretraining budget
+  chosen among the kept snapshots (``experiment.select_every``) by success on validation seeds
+  in the deployment (target) condition, apart from every evaluation seed. Validation loss does
+  not track success here, so success chooses.
+- The **offline control**: that policy given a fine-tune's number of updates on the
+  demonstrations alone (``learner.offline``): the learner's own BC update, the fine-tunes' learner
+  settings, no online row, no takeover. What a fine-tune adds beyond it comes from online data.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from robotrl.config.env import TakeoverConfig
+from robotrl.config.learner import AlgorithmKind
+from robotrl.core import run_folder
+from robotrl.core.policy_snapshots import pretrain_snapshots
+from robotrl.experiment.parallel import Job
+from robotrl.experiment.steps import config_overrides, is_cached, ran_every_episode, robotrl, run_id, step_key
+
+if TYPE_CHECKING:
+    from robotrl.experiment.demo import Demo
+
+BEST_OFFLINE = "best_offline"
+"""The best offline policy's name in the results; its evaluation is ``eval_best_offline``."""
+CONTROL = "offline_control"
+"""The offline control's name: its run folder is ``finetune_offline_control``, its evaluation
+``eval_offline_control``."""
+
+
+@dataclass(frozen=True)
+class BestOffline:
+    """The chosen pretraining budget, its policy, and every candidate's validation success."""
+
+    steps: int
+    policy: Path
+    made_by: Path
+    """The output folder of the step that made ``policy`` (its evaluation's input)."""
+    validation: dict[int, float]
+    """Pretraining steps -> success on the validation seeds (empty when nothing was validated)."""
+
+
+def candidates(demo: Demo) -> dict[int, Path]:
+    """Pretraining steps -> the policy kept then; the last pretrained policy alone when the demo
+    chooses no budget (``experiment.select_every=0``)."""
+    ex = demo.ex
+    kept = pretrain_snapshots(demo.out / "pretrain") if ex.select_every else {}
+    # a snapshot left by a pretraining of other settings is no candidate
+    kept = {s: path for s, path in kept.items() if s <= ex.pretrain_steps and s % ex.select_every == 0}
+    return kept or {demo.ex.pretrain_steps: demo.pretrained}
+
+
+def validation_dir(demo: Demo, steps: int) -> Path:
+    return demo.out / "validate" / f"step-{steps:08d}"
+
+
+def choose_best_offline(demo: Demo) -> BestOffline:
+    """Evaluate every candidate on the validation seeds (side by side, cached) and keep the best;
+    among equal successes the fewest steps."""
+    made_by = demo.out / "pretrain"
+    found = candidates(demo)
+    if len(found) == 1 or not demo.ex.select_every:
+        steps, policy = next(iter(found.items()))
+        return BestOffline(steps, policy, made_by, {})
+    ex = demo.ex
+    whole = functools.partial(ran_every_episode, episodes=ex.validation_episodes)
+    jobs: dict[int, Job] = {}
+    for steps, policy in found.items():
+        cfg = demo.evaluation_config(policy, ex.validation_episodes, ex.validation_seed)
+        out = validation_dir(demo, steps)
+        argv = robotrl("eval", *config_overrides(cfg, ["env", "policy", "actor"]), f"run_dir={out}")
+        title = f"validate the policy after {steps} pretraining steps on {ex.validation_episodes} seeds"
+        jobs[steps] = Job(title, out, tuple(argv), ((str(made_by), run_id(made_by)),), complete=whole)
+    demo.side_by_side(list(jobs.values()), "validations", "")
+    rates = {steps: run_folder.read_eval_summary(job.out_dir)["success_rate"] for steps, job in jobs.items()}
+    best = max(rates, key=lambda steps: (rates[steps], -steps))
+    demo.console.print(
+        "validation success by pretraining steps: "
+        + ", ".join(f"{steps}: {rate:.0%}" for steps, rate in rates.items())
+        + f"; the best offline policy is the one after {best} steps"
+    )
+    return BestOffline(best, found[best], made_by, rates)
+
+
+def offline_control_job(demo: Demo, best: BestOffline) -> Job:
+    """The offline control's `robotrl learner learner.offline=true` run, from the best offline
+    policy, with the fine-tunes' budget of update groups."""
+    out = demo.finetune_dir(CONTROL)
+    cfg = demo.target_config(
+        env__takeover=TakeoverConfig(),
+        policy__path=str(best.policy),
+        learner__algorithm=AlgorithmKind.bc,
+        learner__offline=True,
+        learner__max_groups=demo.ex.update_groups,
+        learner__demos_path=str(demo.demos),
+        learner__resume=False,  # exactly max_groups groups from the best offline policy
+        # one thread, as `robotrl launch` gives the fine-tunes' learners beside it
+        learner__torch_threads=demo.cfg.launch.learner_threads,
+    )
+    argv = robotrl(
+        "learner",
+        *config_overrides(cfg, ["env", "policy", "learner"]),
+        f"run_dir={out}",
+        f"seed={demo.cfg.seed}",
+    )
+    updates = demo.ex.update_groups * demo.cfg.learner.actor_updates_per_group
+    title = f"offline control: {updates} BC updates on the demonstrations alone from the best offline policy"
+    inputs = ((str(best.made_by), run_id(best.made_by)), (str(demo.demos), run_id(demo.demos)))
+    complete = functools.partial(trained_groups, demo.ex.update_groups)
+    if not is_cached(out, step_key(argv, dict(inputs))):
+        shutil.rmtree(out, ignore_errors=True)  # a half-finished control, or one of other settings
+    return Job(title, out, tuple(argv), inputs, complete=complete)
+
+
+def trained_groups(groups: int, run_dir: Path) -> bool:
+    """Whether the learner in ``run_dir`` checkpointed after exactly ``groups`` update groups."""
+    latest = run_folder.latest_checkpoint(run_dir)
+    return latest is not None and run_folder.checkpoint_groups(latest) == groups
