@@ -96,12 +96,13 @@ def build_loop(
 
 
 def make_policy(policy_cfg: PolicyConfig, spec: EnvSpec) -> ChunkPolicy:
-    """The configured policy: a checkpoint from ``policy.path`` (any architecture, run with the
-    config's inference settings), else a fresh one."""
+    """The configured policy: a lerobot policy folder with the env's spec for
+    ``policy.kind=lerobot``, else a checkpoint from ``policy.path`` (any architecture, run with
+    the config's inference settings), else a fresh one."""
     from robotrl.policy import build_policy, load_policy
     from robotrl.policy.factory import apply_inference_settings
 
-    if policy_cfg.path:
+    if policy_cfg.path and policy_cfg.kind is not PolicyKind.lerobot:
         policy = load_policy(policy_cfg.path, device=policy_cfg.device)
         apply_inference_settings(policy, policy_cfg)
         _warn_if_not_as_configured(policy, policy_cfg)

@@ -18,6 +18,7 @@ from robotrl.config.policy import PolicyConfig, PolicyKind, PolicySize
 from robotrl.core.types import EnvSpec
 
 META_FILE = "robotrl_policy.json"
+LEROBOT_CONFIG = "config.json"
 FORMAT_VERSION = 1
 
 
@@ -108,3 +109,14 @@ def expect_architecture(path: Path, meta: dict[str, Any], architecture: str) -> 
         raise CheckpointError(
             f"{path}: checkpoint of architecture {found!r}, cannot load it as {architecture!r}"
         )
+
+
+def lerobot_policy_dir(path: str | Path) -> Path | None:
+    """The folder holding a lerobot policy's ``config.json`` at ``path``: ``path`` itself (a
+    ``save_pretrained`` folder, or one laid out as a hub snapshot), or its ``pretrained_model``
+    (a step folder of a ``lerobot-train`` checkpoint, such as ``checkpoints/last``); None if neither."""
+    src = Path(path)
+    for candidate in (src, src / "pretrained_model"):
+        if (candidate / LEROBOT_CONFIG).is_file():
+            return candidate
+    return None

@@ -17,7 +17,7 @@ import torch
 from robotrl.config.policy import PolicyConfig, PolicyKind
 from robotrl.core.protocols import ChunkPolicy
 from robotrl.core.types import EnvSpec
-from robotrl.policy.checkpoint import META_FILE, CheckpointError, read_meta
+from robotrl.policy.checkpoint import META_FILE, CheckpointError, lerobot_policy_dir, read_meta
 from robotrl.policy.flow import ARCHITECTURE as FLOW_ARCHITECTURE
 from robotrl.policy.flow import FlowChunkPolicy
 
@@ -99,10 +99,17 @@ def trained_max_delay(policy: ChunkPolicy) -> int | None:
 
 
 def load_policy(path: str | Path, device: str = "cpu") -> ChunkPolicy:
-    """A policy from a robotrl checkpoint directory (any architecture)."""
+    """A policy from a robotrl checkpoint directory (any architecture), or from a lerobot
+    policy folder without robotrl's metadata (``save_pretrained``, a hub snapshot's layout, a
+    ``lerobot-train`` checkpoint step)."""
     src = Path(path)
     if not src.is_dir():
         raise CheckpointError(f"{src}: no such checkpoint directory")
+    if not (src / META_FILE).is_file() and lerobot_policy_dir(src) is not None:
+        from robotrl.policy.lerobot import LerobotChunkPolicy
+
+        folder: ChunkPolicy = LerobotChunkPolicy.load(src, device=resolve_device(device))
+        return folder
     meta = read_meta(src)
     arch = meta["architecture"]
     device = resolve_device(device)

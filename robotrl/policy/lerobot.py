@@ -19,14 +19,21 @@ saved beside it (normalisation, tokenisation, device). What the adapter adds:
 - trainable tensors: the parameters with ``requires_grad`` (a VLA configured to
   train only its action expert ships only that).
 
-SmolVLA and pi0/pi05 download their backbone (and tokenizer) configs from the hub
-when instantiated, so they cannot be built on an offline machine without a local
-copy; their paths here (RTC routing, ``reduction="none"``) are exercised only up
-to loading. robotrl/policy/README.md lists what is tested offline.
+Inference runs without autograd: under ``torch.inference_mode()`` for policies that
+blend, and under ``torch.no_grad()`` for RTC, whose guidance differentiates through
+the denoiser (inference-mode tensors can never require grad).
+
+SmolVLA builds offline from a local backbone folder (config and tokenizer) with
+``load_vlm_weights=False``; pi0.5 builds its model from code and fetches only its
+processor's tokenizer id, which a local Hugging Face cache satisfies. Neither ships
+with robotrl yet, so their paths here (RTC routing, ``reduction="none"``) are tested
+on their real classes and on lerobot's real RTC processor, not end to end.
+robotrl/policy/README.md lists what is tested offline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,12 +47,19 @@ from torch import Tensor, nn
 from robotrl.config.policy import PolicyConfig, PolicyKind
 from robotrl.core import keys
 from robotrl.core.types import EnvSpec, FloatArray, Observation
-from robotrl.policy.checkpoint import META_FILE, CheckpointError, expect_architecture, read_meta, write_meta
+from robotrl.policy.checkpoint import (
+    LEROBOT_CONFIG,
+    META_FILE,
+    CheckpointError,
+    expect_architecture,
+    lerobot_policy_dir,
+    read_meta,
+    write_meta,
+)
 from robotrl.policy.inputs import check_observation_shapes
 from robotrl.policy.weights import load_parameters
 
 ARCHITECTURE = "robotrl.lerobot"
-LEROBOT_CONFIG = "config.json"
 BLEND_TICKS = 8
 
 
@@ -116,11 +130,18 @@ class LerobotChunkPolicy(nn.Module):
         cfg: PolicyConfig | None = None,
         device: str = "cpu",
     ) -> LerobotChunkPolicy:
-        """Load from a local lerobot ``save_pretrained`` directory (or a robotrl checkpoint of one)."""
+        """Load from a local lerobot policy folder (see :func:`lerobot_policy_dir`) or a robotrl
+        checkpoint of one."""
         from lerobot.configs.policies import PreTrainedConfig
         from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
-        src = Path(path)
+        found = lerobot_policy_dir(path)
+        if found is None:
+            raise CheckpointError(
+                f"{path}: not a local lerobot policy directory (no {LEROBOT_CONFIG}, nor "
+                f"pretrained_model/{LEROBOT_CONFIG}); no hub downloads"
+            )
+        src = found
         if (src / META_FILE).is_file():
             meta = read_meta(src)
             expect_architecture(src, meta, ARCHITECTURE)
@@ -128,10 +149,6 @@ class LerobotChunkPolicy(nn.Module):
                 from robotrl.policy.checkpoint import spec_from_dict
 
                 spec = spec_from_dict(meta["spec"])
-        if not (src / LEROBOT_CONFIG).is_file():
-            raise CheckpointError(
-                f"{src}: not a local lerobot policy directory (no {LEROBOT_CONFIG}); no hub downloads"
-            )
         config = PreTrainedConfig.from_pretrained(src)
         config.device = device
         policy_cls = get_policy_class(config.type)
@@ -215,7 +232,7 @@ class LerobotChunkPolicy(nn.Module):
                 raise ValueError(
                     f"prefix: expected shape ({delay}, {self.action_dim}), got {prefix_arr.shape}"
                 )
-        with torch.inference_mode():
+        with self.inference_context():
             batch = self.preprocessor(self._observation_frame(observation))
             if self.uses_rtc:
                 left_over = self._normalize_actions(torch.as_tensor(prefix_arr)) if delay else None
@@ -231,6 +248,11 @@ class LerobotChunkPolicy(nn.Module):
                 blend_into_prefix(out, prefix_arr)
             out[:delay] = prefix_arr
         return out
+
+    def inference_context(self) -> contextlib.AbstractContextManager[Any]:
+        """No autograd for a chunk: ``no_grad`` under RTC, whose guidance takes a gradient of
+        the denoiser inside ``enable_grad`` (impossible in inference mode), else ``inference_mode``."""
+        return torch.no_grad() if self.uses_rtc else torch.inference_mode()
 
     def _normalize_actions(self, actions: Tensor) -> Tensor:
         if self._normalizer is None:

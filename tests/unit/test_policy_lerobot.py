@@ -204,3 +204,56 @@ def test_act_and_diffusion_fall_back_to_blending():
     for policy_type in ("act", "diffusion"):
         config = make_policy_config(policy_type, device="cpu")
         assert not enable_rtc(get_policy_class(policy_type), config)
+
+
+def test_lerobot_train_and_plain_folders_load_for_every_role(act_dir, tmp_path):
+    """A folder lerobot wrote, without robotrl's metadata, loads by its layout: the
+    ``save_pretrained`` folder itself, and a ``lerobot-train`` step folder holding
+    ``pretrained_model/`` (``checkpoints/last`` is a link to one); the actor builds it with
+    the env's spec, so its action bounds are the env's."""
+    import shutil
+
+    from robotrl.actor.compose import make_policy
+
+    step = tmp_path / "outputs" / "checkpoints" / "000010"
+    shutil.copytree(act_dir, step / "pretrained_model")
+    (step.parent / "last").symlink_to(step.name)
+    for folder in (act_dir, step, step.parent / "last"):
+        assert isinstance(load_policy(folder), LerobotChunkPolicy)
+    cfg = PolicyConfig(kind=PolicyKind.lerobot, path=str(step.parent / "last"), horizon=H, device="cpu")
+    actor_policy = make_policy(cfg, spec())
+    assert isinstance(actor_policy, LerobotChunkPolicy) and actor_policy.spec == spec()
+    with pytest.raises(CheckpointError, match=r"no config\.json, nor pretrained_model/config\.json"):
+        make_policy(PolicyConfig(kind=PolicyKind.lerobot, path=str(tmp_path), horizon=H), spec())
+
+
+def test_rtc_chunk_with_a_prefix_takes_its_gradient_outside_inference_mode(act_dir, monkeypatch):
+    """lerobot's real RTC guidance differentiates through the denoiser, which inference mode
+    forbids: a VLA's sampling loop in miniature (Euler steps, each velocity guided by the real
+    ``RTCProcessor``) stands in for SmolVLA's, which cannot be built without its backbone."""
+    from lerobot.policies.rtc.configuration_rtc import RTCConfig
+    from lerobot.policies.rtc.modeling_rtc import RTCProcessor
+
+    policy = load(act_dir)
+    rtc = RTCProcessor(RTCConfig(enabled=True, execution_horizon=H))
+
+    def denoiser(x_t):  # rows coupled, as attention couples them in a VLA's action expert
+        return x_t - 1 + x_t.mean(dim=1, keepdim=True)
+
+    def predict_action_chunk(batch, inference_delay=0, prev_chunk_left_over=None):
+        x, steps = torch.zeros(1, H, A), 4
+        for i in range(steps):
+            velocity = rtc.denoise_step(x, prev_chunk_left_over, inference_delay, 1 - i / steps, denoiser)
+            x = x - velocity / steps
+        return x
+
+    monkeypatch.setattr(policy.policy, "supports_rtc", lambda: True)
+    monkeypatch.setattr(policy.policy, "predict_action_chunk", predict_action_chunk)
+    monkeypatch.setattr(policy.config, "rtc_config", RTCConfig(enabled=True), raising=False)
+    assert policy.uses_rtc
+    prefix = np.full((3, A), 30.0, np.float32)
+    guided, free = policy.infer(observation(), prefix, 3), policy.infer(observation(), None, 0)
+    assert np.array_equal(guided[:3], prefix) and np.isfinite(guided).all()
+    assert not np.allclose(guided[3:], free[3:])  # the guidance reached past the prefix
+    with torch.inference_mode(), pytest.raises(RuntimeError, match="grad"):
+        predict_action_chunk(None, 3, torch.ones(1, 3, A))
