@@ -17,7 +17,8 @@ fresh processes (spawned, so nothing is shared but the socket):
 
 Payloads: state only (224 floats plus the other columns, about 1 KB per transition)
 and state plus two 96x96 RGB cameras. Throughput is transitions delivered divided
-by the time from the actor's first send to the learner's last receipt.
+by the time from the actor's first send to the learner's last receipt. Each payload's
+ratio to raw pyzmq is reported under its own name; ``ratio_vs_raw_zmq`` is the weaker.
 """
 
 from __future__ import annotations
@@ -285,16 +286,19 @@ def run(quick: bool = False) -> dict[str, Any]:
             r = results[(payload, kind)] = measure(kind, cameras, counts[(payload, kind)])
             rows.append([payload, kind, r["sent"], r["tps"], r["lost"]])
     ours_img, raw_img, le_img = (results[("image", k)] for k in ("robotrl", "raw_zmq", "lerobot"))
+    ratios = {
+        payload: round(results[(payload, "robotrl")]["tps"] / results[(payload, "raw_zmq")]["tps"], 3)
+        for payload in ("state", "image")
+    }
     result: dict[str, Any] = {
         "bench": "transport",
         "state_tps": round(results[("state", "robotrl")]["tps"]),
         "image_tps": round(ours_img["tps"]),
-        "ratio_vs_raw_zmq": round(ours_img["tps"] / raw_img["tps"], 3),
+        "ratio_vs_raw_zmq": min(ratios.values()),  # the headline is the weaker payload
         "lost": results[("state", "robotrl")]["lost"] + ours_img["lost"],
         "lerobot_image_tps": round(le_img["tps"], 1),
-        "state_ratio_vs_raw_zmq": round(
-            results[("state", "robotrl")]["tps"] / results[("state", "raw_zmq")]["tps"], 3
-        ),
+        "state_ratio_vs_raw_zmq": ratios["state"],
+        "image_ratio_vs_raw_zmq": ratios["image"],
         "raw_zmq_image_tps": round(raw_img["tps"]),
         "lerobot_state_tps": round(results[("state", "lerobot")]["tps"], 1),
         "image_vs_lerobot": round(ours_img["tps"] / le_img["tps"], 1),

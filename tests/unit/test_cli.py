@@ -78,6 +78,7 @@ def test_bench_quick_ends_with_one_json_line(name):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["bench"] == name
     assert result["image_mb_per_s"] > 0 and result["state_mb_per_s"] > 0 and result["ratio_vs_copy"] > 0
+    assert result["ratio_vs_copy"] == min(result["state_ratio_vs_copy"], result["image_ratio_vs_copy"])
 
 
 def test_bench_unknown_name_is_a_usage_error():
