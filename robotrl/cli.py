@@ -76,6 +76,12 @@ ROLES: tuple[Role, ...] = (
         "run a named experiment: experiment=demo (make demo), demo_quick, latency_sweep",
         "robotrl.experiment.main:main",
     ),
+    Role(
+        "vla",
+        "make a real VLA (lerobot's SmolVLA) offline with random weights: robotrl vla init --size tiny",
+        "robotrl.policy.vla:main",
+        uses_config=False,
+    ),
     Role("bench", "run a benchmark: robotrl bench NAME [--quick]", "robotrl.bench:main", uses_config=False),
     Role(
         "keys", "generate CURVE key pairs: robotrl keys generate", "robotrl.wire.auth:main", uses_config=False

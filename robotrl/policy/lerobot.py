@@ -57,6 +57,7 @@ from robotrl.policy.checkpoint import (
     write_meta,
 )
 from robotrl.policy.inputs import check_observation_shapes
+from robotrl.policy.vla import local_backbone
 from robotrl.policy.weights import load_parameters
 
 ARCHITECTURE = "robotrl.lerobot"
@@ -151,13 +152,16 @@ class LerobotChunkPolicy(nn.Module):
                 spec = spec_from_dict(meta["spec"])
         config = PreTrainedConfig.from_pretrained(src)
         config.device = device
+        overrides: dict[str, dict[str, Any]] = {"device_processor": {"device": device}}
+        backbone = local_backbone(src, config)
+        if backbone is not None:  # a folder `robotrl vla init` made, wherever it was moved
+            config.vlm_model_name = str(backbone)
+            overrides["tokenizer_processor"] = {"tokenizer_name": str(backbone)}
         policy_cls = get_policy_class(config.type)
         enable_rtc(policy_cls, config)
         policy = policy_cls.from_pretrained(src, config=config)
         pre, post = make_pre_post_processors(
-            config,
-            pretrained_path=str(src),
-            preprocessor_overrides={"device_processor": {"device": device}},
+            config, pretrained_path=str(src), preprocessor_overrides=overrides
         )
         adapter = cls(policy, pre, post, spec or _spec_from_lerobot(config, src.name))
         if cfg is not None and cfg.kind is not PolicyKind.lerobot:

@@ -1,0 +1,144 @@
+"""A real VLA (lerobot's SmolVLA, tiny) made offline by `robotrl vla init` and run by robotrl."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from robotrl.config.policy import PolicyConfig, PolicyKind
+from robotrl.core.types import EnvSpec, Observation
+from robotrl.policy import build_policy
+from robotrl.policy.checkpoint import META_FILE
+from robotrl.policy.lerobot import LerobotChunkPolicy
+from robotrl.policy.vla import VLM_FOLDER, init_smolvla
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+H, A, S, IMG = 16, 6, 9, 32
+HUB_ID = "HuggingFaceTB/SmolVLM2-500M-Video-Instruct"
+
+
+def spec() -> EnvSpec:
+    return EnvSpec(
+        "vla-test",
+        tuple(f"j{i}" for i in range(A)),
+        (-100.0,) * A,
+        (100.0,) * A,
+        tuple(f"s{i}" for i in range(S)),
+        {"front": (IMG, IMG, 3), "wrist": (IMG, IMG, 3)},
+        instruction="pick the cube and place it in the zone",
+    )
+
+
+def observation(seed: int = 0) -> Observation:
+    rng = np.random.default_rng(seed)
+    images = {c: rng.integers(0, 256, (IMG, IMG, 3), dtype=np.uint8) for c in ("front", "wrist")}
+    return Observation(0, rng.standard_normal(S).astype(np.float32), images, "pick the cube")
+
+
+@pytest.fixture(scope="module")
+def vla_dir(tmp_path_factory) -> Path:
+    return init_smolvla(tmp_path_factory.mktemp("vla") / "smolvla", "tiny", spec(), H)
+
+
+def load(path: Path) -> LerobotChunkPolicy:
+    policy = build_policy(PolicyConfig(kind=PolicyKind.lerobot, path=str(path), horizon=H), spec())
+    assert isinstance(policy, LerobotChunkPolicy)
+    return policy
+
+
+def chunk(policy: LerobotChunkPolicy, prefix: np.ndarray | None, delay: int) -> np.ndarray:
+    torch.manual_seed(0)  # the flow's noise
+    return policy.infer(observation(), prefix, delay)
+
+
+def test_tiny_smolvla_is_lerobots_own_class_and_runs_rtc_with_an_exact_prefix(vla_dir):
+    from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
+
+    policy = load(vla_dir)
+    assert isinstance(policy.policy, SmolVLAPolicy) and policy.uses_rtc
+    assert policy.horizon == H and policy.action_dim == A
+    free = chunk(policy, None, 0)
+    prefix = np.linspace(-50, 50, 4 * A, dtype=np.float32).reshape(4, A)
+    guided = chunk(policy, prefix, 4)
+    assert free.shape == guided.shape == (H, A) and np.isfinite(guided).all()
+    assert np.array_equal(guided[:4], prefix)
+    assert not np.allclose(guided[4:], free[4:])  # RTC's guidance reached the continuation
+    config = json.loads((vla_dir / "config.json").read_text())
+    assert config["vlm_model_name"] == VLM_FOLDER and (vla_dir / META_FILE).is_file()
+
+
+def test_the_folder_loads_after_being_moved(vla_dir, tmp_path):
+    before = chunk(load(vla_dir), None, 0)
+    moved = tmp_path / "elsewhere" / "policy"
+    shutil.copytree(vla_dir, moved)
+    shutil.move(moved.parent, tmp_path / "renamed")
+    after = chunk(load(tmp_path / "renamed" / "policy"), None, 0)
+    np.testing.assert_array_equal(before, after)
+
+
+def test_vla_init_refuses_an_env_without_cameras(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "robotrl.cli", "vla", "init", "--out", str(tmp_path / "v"), "env.cameras=[]"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 2 and "has no camera" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_vla_init_then_a_hub_layout_folder_runs_in_robotrl_eval_offline(tmp_path):
+    """What a user does: `robotrl vla init` for the env, then the same policy laid out as the hub's
+    `lerobot/smolvla_base` snapshot (no robotrl metadata, the backbone named by its hub id and
+    found in a Hugging Face cache, offline) runs through `robotrl eval`'s actor, RTC and all."""
+    env_args = ["env=so101_pick_place", "env.cameras=[front,wrist]", f"env.image_size={IMG}"]
+    made = tmp_path / "made"
+    cli(tmp_path, "vla", "init", "--size", "tiny", "--out", str(made), f"policy.horizon={H}", *env_args)
+    snapshot = tmp_path / "smolvla_base"
+    shutil.copytree(made, snapshot, ignore=shutil.ignore_patterns(VLM_FOLDER, META_FILE))
+    for name in ("config.json", "policy_preprocessor.json"):
+        text = (snapshot / name).read_text()
+        (snapshot / name).write_text(text.replace(f'"{VLM_FOLDER}"', f'"{HUB_ID}"'))
+    repo = tmp_path / "hf" / "hub" / ("models--" + HUB_ID.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    shutil.copytree(made / VLM_FOLDER, repo / "snapshots" / ("0" * 40))
+    out = cli(
+        tmp_path,
+        "eval",
+        "policy=lerobot",
+        f"policy.path={snapshot}",
+        f"policy.horizon={H}",
+        *env_args,
+        "actor.episodes=1",
+        "env.max_episode_ticks=40",
+        hf_home=tmp_path / "hf",
+    )
+    summary = json.loads((tmp_path / "runs" / "default" / "eval_summary.json").read_text())
+    assert summary["episodes"] == 1, out
+
+
+def cli(cwd: Path, *args: str, hf_home: Path | None = None) -> str:
+    """`robotrl ARGS` in ``cwd`` with no hub (and ``hf_home`` as the Hugging Face cache); its stdout."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if hf_home is not None:
+        env["HF_HOME"] = str(hf_home)
+    out = subprocess.run(
+        [sys.executable, "-m", "robotrl.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=cwd,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    return out.stdout
