@@ -1,5 +1,5 @@
-"""A real VLA through the runtime: `robotrl learner` fine-tunes a tiny SmolVLA while `robotrl actor`
-runs it, and the actor hot-swaps the learner's updates between episodes' inferences."""
+"""A real VLA through the runtime: `robotrl learner` fine-tunes a tiny SmolVLA (RAPI or BC) while
+`robotrl actor` runs it, and the actor hot-swaps the learner's updates between episodes' inferences."""
 
 from __future__ import annotations
 
@@ -21,7 +21,10 @@ ENV = ["env.cameras=[front,wrist]", "env.image_size=32", "env.max_episode_ticks=
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_learner_fine_tunes_a_tiny_smolvla_and_the_actor_swaps_in_only_its_trainable_tensors(tmp_path):
+@pytest.mark.parametrize("algorithm", ["rapi", "bc"])
+def test_learner_fine_tunes_a_tiny_smolvla_and_the_actor_swaps_in_only_its_trainable_tensors(
+    tmp_path, algorithm
+):
     env = make_env(load_config(ENV).env)
     vla = init_smolvla(tmp_path / "smolvla", "tiny", env.spec, horizon=32)
     env.close()
@@ -36,7 +39,7 @@ def test_learner_fine_tunes_a_tiny_smolvla_and_the_actor_swaps_in_only_its_train
         f"transport.weights_endpoint=ipc://{tmp_path}/w.sock",
         f"transport.spool_dir={tmp_path}/spool",
     ]
-    with learner_running(tmp_path, shared, "learner.algorithm=bc") as learner:
+    with learner_running(tmp_path, shared, f"learner.algorithm={algorithm}") as learner:
         summary = run_actor(tmp_path, shared, "actor.episodes=4", "actor.versions_per_episode=2")
     assert learner.process.returncode == 0, learner.output[-3000:]
     progress = json.loads((tmp_path / "actor" / "actor_actor-0_progress.json").read_text())
