@@ -11,7 +11,6 @@ LEARNED = (PolicyKind.flow, PolicyKind.lerobot)
 
 HINTS = {
     "record": "; a learned policy's episodes come from `robotrl eval` or `robotrl actor`",
-    "pretrain": "; lerobot policies train with lerobot-train",
 }
 """What to do instead, where a role's refusal leaves a question."""
 
@@ -24,7 +23,7 @@ def runnable_kinds(role: str, cfg: RobotRLConfig) -> tuple[PolicyKind, ...] | No
         case "record":
             return (PolicyKind.expert,)
         case "pretrain":
-            return (PolicyKind.flow,)
+            return LEARNED
         case "replay":  # only resim runs a policy; the other modes replay recorded actions
             return LEARNED if cfg.replay.mode == "resim" else None
         case "experiment":  # the demo pretrains the built-in flow policy; a sweep runs a checkpoint

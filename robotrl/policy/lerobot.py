@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Mapping
+import shutil
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,9 @@ from robotrl.policy.checkpoint import (
     read_meta,
     write_meta,
 )
+from robotrl.policy.flow import MIN_STD
 from robotrl.policy.inputs import check_observation_shapes
-from robotrl.policy.vla import local_backbone
+from robotrl.policy.vla import VLM_FOLDER, local_backbone
 from robotrl.policy.weights import load_parameters
 
 ARCHITECTURE = "robotrl.lerobot"
@@ -169,13 +171,67 @@ class LerobotChunkPolicy(nn.Module):
         return adapter.to(device).eval()
 
     def save(self, path: str | Path) -> None:
-        """lerobot's own files (model, config, processors) plus robotrl's metadata, in one directory."""
+        """lerobot's own files (model, config, processors) plus robotrl's metadata, in one directory;
+        a backbone loaded from a local folder is copied in as ``vlm/``, so the folder moves whole."""
         out = Path(path)
-        self.policy.save_pretrained(out)
-        self.preprocessor.save_pretrained(out)
-        self.postprocessor.save_pretrained(out)
+        with self._backbone_named(VLM_FOLDER) as backbone:
+            self.policy.save_pretrained(out)
+            self.preprocessor.save_pretrained(out)
+            self.postprocessor.save_pretrained(out)
+        if backbone is not None and backbone != (out / VLM_FOLDER).resolve():
+            shutil.copytree(backbone, out / VLM_FOLDER, dirs_exist_ok=True)
         cfg = PolicyConfig(kind=PolicyKind.lerobot, horizon=self.horizon, max_delay=0)
         write_meta(out, ARCHITECTURE, cfg, self.spec, lerobot_type=self.config.type)
+
+    @contextlib.contextmanager
+    def _backbone_named(self, name: str) -> Iterator[Path | None]:
+        """While saving: the config and the tokenizer step name a local backbone folder ``name``
+        (relative to the saved folder); yields that folder, or None for a hub id or no backbone."""
+        current = getattr(self.config, "vlm_model_name", None)
+        if not isinstance(current, str) or not Path(current).is_dir():
+            yield None
+            return
+        steps = [s for s in self.preprocessor.steps if getattr(s, "tokenizer_name", None) == current]
+        self.config.vlm_model_name = name
+        for step in steps:
+            step.tokenizer_name = name
+        try:
+            yield Path(current).resolve()
+        finally:
+            self.config.vlm_model_name = current
+            for step in steps:
+                step.tokenizer_name = current
+
+    # ------------------------------------------------------------------ normalisation
+    def set_normalization(self, stats: Mapping[str, npt.NDArray[np.floating[Any]]]) -> None:
+        """State and action mean and std from the training data (``state_mean``, ``state_std``,
+        ``action_mean``, ``action_std``, as the built-in policy takes them) into lerobot's
+        normaliser and unnormaliser steps; std is floored at ``MIN_STD`` as there."""
+        new = {
+            key: {
+                "mean": np.asarray(stats[f"{prefix}_mean"], np.float32),
+                "std": np.maximum(np.asarray(stats[f"{prefix}_std"], np.float32), MIN_STD),
+            }
+            for prefix, key in (("state", keys.STATE), ("action", keys.ACTION))
+        }
+        for step in self._normalization_steps():
+            step.stats = {**(step.stats or {}), **new}
+            step.to(device=self.device)
+
+    def normalization(self) -> dict[str, FloatArray]:
+        """The statistics :meth:`set_normalization` installs, read back from the normaliser."""
+        if self._normalizer is None:
+            raise ValueError(f"this {self.config.type} policy has no normaliser step")
+        stats = self._normalizer.stats
+        return {
+            f"{prefix}_{name}": np.asarray(stats[key][name], np.float32).copy()
+            for prefix, key in (("state", keys.STATE), ("action", keys.ACTION))
+            for name in ("mean", "std")
+        }
+
+    def _normalization_steps(self) -> list[Any]:
+        names = ("NormalizerProcessorStep", "UnnormalizerProcessorStep")
+        return [s for s in (*self.preprocessor.steps, *self.postprocessor.steps) if type(s).__name__ in names]
 
     # ------------------------------------------------------------------ properties
     @property

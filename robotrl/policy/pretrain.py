@@ -37,6 +37,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from robotrl.config.policy import PolicyKind
 from robotrl.config.pretrain import PretrainConfig
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core.policy_snapshots import pretrain_snapshot
@@ -45,8 +46,9 @@ from robotrl.data.lerobot_dataset import DatasetError
 from robotrl.policy.average import WeightAverage
 from robotrl.policy.checkpoint import CheckpointError
 from robotrl.policy.data import ChunkSampler, Demos, load_demos, split_episodes
-from robotrl.policy.factory import resolve_device
+from robotrl.policy.factory import load_policy, resolve_device
 from robotrl.policy.flow import FlowChunkPolicy
+from robotrl.policy.lerobot import LerobotChunkPolicy
 
 STATE_DIR = "pretrain_state"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -76,8 +78,25 @@ def learning_rate(step: int, pt: PretrainConfig) -> float:
     return pt.lr * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
+Trainee = FlowChunkPolicy | LerobotChunkPolicy
+
+
+def make_trainee(cfg: RobotRLConfig, demos: Demos) -> Trainee:
+    """A fresh built-in flow policy, or (``policy.kind=lerobot``) the lerobot policy folder at
+    ``policy.path`` trained on through lerobot's own processors and ``forward``."""
+    torch.manual_seed(cfg.seed)
+    if cfg.policy.kind is PolicyKind.lerobot:
+        if not cfg.policy.path:
+            raise CheckpointError(
+                "policy.path: pretraining a lerobot policy starts from its folder (robotrl vla init)"
+            )
+        return LerobotChunkPolicy.load(cfg.policy.path, spec=demos.spec, cfg=cfg.policy)
+    return FlowChunkPolicy(demos.spec, cfg.policy)
+
+
 class Pretrainer:
-    """Behaviour cloning of a :class:`FlowChunkPolicy` from :class:`Demos`."""
+    """Behaviour cloning of a chunk policy (the built-in flow policy or a lerobot one) from
+    :class:`Demos`; a lerobot policy trains only its trainable parameters (a VLA's action expert)."""
 
     def __init__(self, cfg: RobotRLConfig, demos: Demos) -> None:
         self.cfg, self.pt = cfg, cfg.pretrain
@@ -85,28 +104,26 @@ class Pretrainer:
         self.device = resolve_device(cfg.policy.device)
         train_eps, val_eps = split_episodes(len(demos.episode_bounds), self.pt.val_fraction)
         train_frames = demos.frames_of(train_eps)
-        p = cfg.policy
+        self.policy = make_trainee(cfg, demos)
+        self.policy.set_normalization(demos.stats(train_frames))
+        self.policy.to(self.device)
+        horizon, max_delay = self.policy.horizon, cfg.policy.max_delay
         hold = self.pt.hold_after_success
         noise = self.pt.state_noise
         self.train = ChunkSampler(
-            demos, train_frames, p.horizon, p.max_delay, hold_after_success=hold, state_noise=noise
+            demos, train_frames, horizon, max_delay, hold_after_success=hold, state_noise=noise
         )
         val_frames = demos.frames_of(val_eps or train_eps)
-        self.val = ChunkSampler(demos, val_frames, p.horizon, p.max_delay, hold_after_success=hold)
-        torch.manual_seed(cfg.seed)
-        self.policy = FlowChunkPolicy(demos.spec, p)
-        self.policy.set_normalization(demos.stats(train_frames))
-        self.policy.to(self.device)
-        self.optimizer = torch.optim.AdamW(
-            self.policy.parameters(), lr=self.pt.lr, weight_decay=self.pt.weight_decay
-        )
-        self.average = WeightAverage(self.policy.parameters(), self.pt.ema) if self.pt.ema > 0 else None
+        self.val = ChunkSampler(demos, val_frames, horizon, max_delay, hold_after_success=hold)
+        self.trained = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.trained, lr=self.pt.lr, weight_decay=self.pt.weight_decay)
+        self.average = WeightAverage(self.trained, self.pt.ema) if self.pt.ema > 0 else None
         self.step = 0
         self.best_val = math.inf
         self.val_set = self._fixed_val_set()
         console.print(
             f"pretrain: {len(train_eps)} train / {len(val_eps)} validation episodes, "
-            f"{len(train_frames)} train frames, policy {p.size.value} on {self.device}"
+            f"{len(train_frames)} train frames, {describe(self.policy)} on {self.device}"
         )
 
     def _fixed_val_set(self) -> list[dict[str, Any]]:
@@ -118,11 +135,19 @@ class Pretrainer:
         iterate is put back after it. Without ``pretrain.ema`` the policy as it is."""
         return nullcontext() if self.average is None else self.average.swapped_in()
 
+    def loss(self, batch: dict[str, Any], seed: int) -> torch.Tensor:
+        """The batch's mean loss, its flow noise drawn from ``seed`` (a lerobot policy draws it
+        from torch's global generator, seeded here)."""
+        if isinstance(self.policy, FlowChunkPolicy):
+            noise = torch.Generator(device=self.device).manual_seed(seed)
+            return self.policy.per_sample_loss(batch, generator=noise).mean()
+        torch.manual_seed(seed)
+        return self.policy.per_sample_loss(batch).mean()
+
     def validation_loss(self) -> float:
         self.policy.eval()
-        gen = torch.Generator(device=self.device).manual_seed(self.cfg.seed)
         with torch.no_grad():
-            losses = [self.policy.per_sample_loss(b, generator=gen).mean().item() for b in self.val_set]
+            losses = [self.loss(b, self.cfg.seed + i).item() for i, b in enumerate(self.val_set)]
         self.policy.train()
         return float(np.mean(losses))
 
@@ -131,11 +156,10 @@ class Pretrainer:
         batch = self.train.batch(rng, self.pt.batch_size, self.device)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.step, self.pt)
-        noise = torch.Generator(device=self.device).manual_seed(self.cfg.seed * 1_000_003 + self.step)
-        loss: torch.Tensor = self.policy.per_sample_loss(batch, generator=noise).mean()
+        loss = self.loss(batch, self.cfg.seed * 1_000_003 + self.step)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(self.trained, 1.0)
         self.optimizer.step()
         if self.average is not None:
             self.average.update()
@@ -172,16 +196,17 @@ class Pretrainer:
         state_dir = self.run_dir / STATE_DIR
         if not (state_dir / TRAINER_FILE).is_file():
             return False
-        saved = FlowChunkPolicy.load(self.run_dir / "policy", self.device)
-        if saved.cfg.size is not self.cfg.policy.size or saved.horizon != self.cfg.policy.horizon:
+        saved = load_policy(self.run_dir / "policy", self.device)
+        if describe(saved) != describe(self.policy):
             raise CheckpointError(
-                f"run_dir={self.run_dir}: holds a {saved.cfg.size.value} policy with horizon "
-                f"{saved.horizon}; use another run_dir or pretrain.resume=false"
+                f"run_dir={self.run_dir}: holds a {describe(saved)}, this run trains a "
+                f"{describe(self.policy)}; use another run_dir or pretrain.resume=false"
             )
+        assert isinstance(saved, FlowChunkPolicy | LerobotChunkPolicy)
         self.policy.load_state_dict(saved.state_dict())
         self.policy.set_normalization(saved.normalization())
         if self.average is not None:  # policy/ holds the average; training goes on from the iterate
-            self.average.load(list(self.policy.parameters()))
+            self.average.load(self.trained)
             iterate = state_dir / ITERATE_FILE
             if iterate.is_file():  # else a run without an average: it starts from its weights
                 self.policy.load_state_dict(torch.load(iterate, map_location=self.device, weights_only=True))
@@ -235,6 +260,15 @@ class Pretrainer:
         return {"step": float(self.step), "loss": last_loss, "val_loss": val_loss}
 
 
+def describe(policy: object) -> str:
+    """What a run trains, in words: a resumed run must train the same."""
+    if isinstance(policy, FlowChunkPolicy):
+        return f"{policy.cfg.size.value} flow policy of horizon {policy.horizon}"
+    if isinstance(policy, LerobotChunkPolicy):
+        return f"lerobot {policy.config.type} policy of horizon {policy.horizon}"
+    return type(policy).__name__
+
+
 def delay_beyond_training(cfg: RobotRLConfig) -> str | None:
     """Why an actor with the configured latency model (``actor.latency``) would refuse the policy
     this pretraining makes: the prefix it would commit is longer than ``policy.max_delay``,
@@ -257,7 +291,7 @@ def delay_beyond_training(cfg: RobotRLConfig) -> str | None:
 
 
 def main(cfg: RobotRLConfig) -> int:
-    """The `robotrl pretrain` role (a flow policy: :mod:`robotrl.config.roles` refuses others)."""
+    """The `robotrl pretrain` role (a flow or lerobot policy: :mod:`robotrl.config.roles` refuses others)."""
     if not cfg.dataset:
         console.print("robotrl pretrain: dataset: set it to a local LeRobotDataset directory (dataset=/path)")
         return 2

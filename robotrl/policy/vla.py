@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import re
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -191,11 +192,8 @@ def init_smolvla(out: Path, size: str, spec: EnvSpec, horizon: int, seed: int = 
     torch.manual_seed(seed)
     policy = SmolVLAPolicy(config)
     pre, post = make_pre_post_processors(config, dataset_stats=dataset_stats(spec))
-    policy.config.vlm_model_name = VLM_FOLDER  # relative: the loader re-points it
-    for step in pre.steps:
-        if hasattr(step, "tokenizer_name"):
-            step.tokenizer_name = VLM_FOLDER
-    LerobotChunkPolicy(policy, pre, post, spec).save(out)  # lerobot's files and robotrl's metadata
+    # lerobot's files, robotrl's metadata; the backbone is already in place as vlm/
+    LerobotChunkPolicy(policy, pre, post, spec).save(out)
     return out
 
 
@@ -238,10 +236,10 @@ def main(argv: Sequence[str]) -> int:
     try:
         cfg = load_config(overrides)
     except ConfigError as exc:
-        print(f"robotrl vla: {exc}")
+        print(f"robotrl vla: {exc}", file=sys.stderr)
         return 2
     if args.out.exists() and any(args.out.iterdir()):
-        print(f"robotrl vla: --out {args.out} exists and is not empty; choose a new folder")
+        print(f"robotrl vla: --out {args.out} exists and is not empty; choose a new folder", file=sys.stderr)
         return 2
     env = make_env(cfg.env)
     spec = env.spec
@@ -250,7 +248,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         init_smolvla(args.out, args.size, spec, cfg.policy.horizon, args.seed)
     except ValueError as exc:
-        print(f"robotrl vla: {exc}")
+        print(f"robotrl vla: {exc}", file=sys.stderr)
         return 2
     total, trainable = parameter_count(args.out)
     print(

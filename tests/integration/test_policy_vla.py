@@ -92,7 +92,7 @@ def test_vla_init_refuses_an_env_without_cameras(tmp_path):
         text=True,
         timeout=300,
     )
-    assert out.returncode == 2 and "has no camera" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 2 and "has no camera" in out.stderr, out.stdout + out.stderr
 
 
 @pytest.mark.slow

@@ -93,7 +93,7 @@ RUNNABLE = {
     "launch": LEARNED,
     "eval": LEARNED,
     "profile-latency": LEARNED,
-    "pretrain": {PolicyKind.flow},
+    "pretrain": LEARNED,
     "record": {PolicyKind.expert},
     "replay": None,  # open_loop replays recorded actions; resim runs a policy (below)
     "experiment": {PolicyKind.flow},  # the demo pretrains the built-in policy
