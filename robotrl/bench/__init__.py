@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, str] = {
     "actor": "robotrl.bench.actor",
     "hotswap": "robotrl.bench.hotswap",
     "soak": "robotrl.bench.soak",
+    "vla": "robotrl.bench.vla",
 }
 
 

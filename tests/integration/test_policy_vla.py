@@ -142,3 +142,13 @@ def cli(cwd: Path, *args: str, hf_home: Path | None = None) -> str:
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     return out.stdout
+
+
+@pytest.mark.slow
+def test_the_vla_bench_measures_every_figure_of_a_size():
+    from robotrl.bench.vla import measure
+
+    figures = measure("tiny", chunks=3, swaps=2, updates=2)
+    assert figures["swaps"] == 2 and 0 < figures["trainable"] < figures["params"]
+    assert 0 < figures["update_share"] < 1 and figures["updates_per_s"] > 0
+    assert 0 < figures["installed_ms_p50"] < figures["first_chunk_ms_p50"]

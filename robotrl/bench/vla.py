@@ -1,0 +1,244 @@
+"""`robotrl bench vla`: lerobot's SmolVLA, tiny and full, made offline and run the way robotrl runs it.
+
+Each size runs in its own spawned process (so its peak RSS is its own), for the pick-and-place
+task with two 96x96 cameras and a 32-action chunk (`robotrl vla init`'s folder, random weights):
+
+- parameters, total and trainable (SmolVLA freezes its backbone), and the bytes one weight
+  update ships (the trainable tensors, float32) against the whole model's;
+- chunk inference on this CPU with a committed 8-row prefix through lerobot's RTC, one torch
+  thread per inference as the actor's worker has on 2 cores: p50 and p99;
+- hot swap of the trainable subset through the real links: a :class:`WeightPublisher` and a
+  :class:`WeightSubscriber` on ipc, a loader thread staging each verified update into the
+  spare of :class:`PolicySlots`, and an inference loop swapping between two chunks, as the
+  actor's worker does. Timed from ``publish`` to the update staged (installed) and to the end of
+  the first chunk computed with it (which includes waiting for the chunk then running);
+- learner updates/s at batch 8 (lerobot's ``forward``, backward, AdamW on the trainable
+  parameters);
+- the time to make and to load the folder, and the process's peak RSS.
+
+There is no baseline in the same run to compare with: these are the VLA's own costs on this
+machine. pi0.5 is not made by `robotrl vla init` yet.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import resource
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robotrl.bench.report import report
+
+HORIZON = 32
+PREFIX = 8
+BATCH = 8
+CAMERAS = ("front", "wrist")
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    counts = {  # (chunks, swaps, updates) per size
+        "tiny": (30, 10, 20) if quick else (100, 30, 100),
+        "full": (3, 2, 1) if quick else (10, 5, 3),
+    }
+    ctx = mp.get_context("spawn")
+    result: dict[str, Any] = {"bench": "vla", "type": "smolvla", "horizon": HORIZON, "batch": BATCH}
+    rows = []
+    for size, (chunks, swaps, updates) in counts.items():
+        with ctx.Pool(1) as pool:
+            measured: dict[str, Any] = pool.apply(measure, (size, chunks, swaps, updates))
+        result.update({f"{size}_{key}": value for key, value in measured.items()})
+        rows.append(
+            [
+                size,
+                f"{measured['params'] / 1e6:.2f}M",
+                f"{measured['trainable'] / 1e6:.2f}M",
+                f"{measured['update_mb']:.1f} ({measured['update_share']:.0%})",
+                f"{measured['chunk_ms_p50']:.0f} / {measured['chunk_ms_p99']:.0f}",
+                f"{measured['installed_ms_p50']:.0f} / {measured['installed_ms_p99']:.0f}",
+                f"{measured['first_chunk_ms_p50']:.0f} / {measured['first_chunk_ms_p99']:.0f}",
+                f"{measured['updates_per_s']:.2f}",
+                f"{measured['peak_rss_mb']:.0f}",
+            ]
+        )
+    report(
+        f"vla: SmolVLA (random weights, made offline), pick-place, two 96x96 cameras, horizon {HORIZON} "
+        f"({'quick' if quick else 'full'} run)",
+        [
+            "size",
+            "parameters",
+            "trainable",
+            "update MB (share)",
+            "chunk ms p50/p99",
+            "publish->installed ms p50/p99",
+            "publish->first new chunk ms p50/p99",
+            f"updates/s (batch {BATCH})",
+            "peak RSS MB",
+        ],
+        rows,
+        result,
+    )
+    return result
+
+
+def measure(size: str, chunks: int, swaps: int, updates: int) -> dict[str, Any]:
+    """Every figure of one size (module doc), in this (spawned) process."""
+    from robotrl.config.load import load_config
+    from robotrl.policy.lerobot import LerobotChunkPolicy
+    from robotrl.policy.vla import init_smolvla
+    from robotrl.sim import make_env
+
+    torch.set_num_threads(1)
+    env = make_env(load_config(["env=so101_pick_place", f"env.cameras=[{','.join(CAMERAS)}]"]).env)
+    spec = env.spec
+    env.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        folder = init_smolvla(Path(tmp) / size, size, spec, HORIZON)
+        make_s = time.perf_counter() - start
+        start = time.perf_counter()
+        active = LerobotChunkPolicy.load(folder)
+        load_s = time.perf_counter() - start
+        spare = LerobotChunkPolicy.load(folder)
+        params = list(active.policy.parameters())
+        trainable = active.trainable_tensors()
+        update_bytes = sum(t.nbytes for t in trainable.values())
+        model_bytes = sum(p.numel() * p.element_size() for p in params)
+        observation = _observation(spec)
+        prefix = np.zeros((PREFIX, active.action_dim), np.float32)
+        active.infer(observation, prefix, PREFIX)  # warm-up
+        chunk_ms = []
+        for _ in range(chunks):
+            t = time.perf_counter()
+            active.infer(observation, prefix, PREFIX)
+            chunk_ms.append((time.perf_counter() - t) * 1e3)
+        installed_ms, first_chunk_ms = hot_swaps(active, spare, trainable, observation, swaps, Path(tmp))
+        # a fresh copy: the slots' weights may be the updates' own read-only arrays (zero copy)
+        updates_per_s = learner_updates(LerobotChunkPolicy.load(folder), spec, updates)
+    return {
+        "params": sum(p.numel() for p in params),
+        "trainable": sum(t.size for t in trainable.values()),
+        "update_mb": update_bytes / 1e6,
+        "update_share": round(update_bytes / model_bytes, 4),
+        "chunk_ms_p50": percentile(chunk_ms, 50),
+        "chunk_ms_p99": percentile(chunk_ms, 99),
+        "installed_ms_p50": percentile(installed_ms, 50),
+        "installed_ms_p99": percentile(installed_ms, 99),
+        "first_chunk_ms_p50": percentile(first_chunk_ms, 50),
+        "first_chunk_ms_p99": percentile(first_chunk_ms, 99),
+        "swaps": len(installed_ms),
+        "updates_per_s": updates_per_s,
+        "make_s": round(make_s, 1),
+        "load_s": round(load_s, 1),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def _observation(spec: Any) -> Any:
+    from robotrl.core.types import Observation
+
+    rng = np.random.default_rng(0)
+    images = {cam: rng.integers(0, 256, shape, dtype=np.uint8) for cam, shape in spec.camera_shapes.items()}
+    return Observation(
+        0, rng.standard_normal(len(spec.state_names)).astype(np.float32), images, spec.instruction
+    )
+
+
+def hot_swaps(
+    active: Any, spare: Any, trainable: dict[str, Any], observation: Any, swaps: int, tmp: Path
+) -> tuple[list[float], list[float]]:
+    """(publish -> staged ms, publish -> first chunk with the new version ms) for ``swaps`` updates."""
+    from robotrl.actor.slots import PolicySlots
+    from robotrl.transport.weight_checks import shipped_layout
+    from robotrl.transport.weight_subscriber import WeightSubscriber
+    from robotrl.transport.weights import WeightPublisher
+
+    slots = PolicySlots(active, spare, zero_copy=True)
+    publisher = WeightPublisher(f"ipc://{tmp}/weights.sock")
+    subscriber = WeightSubscriber(publisher.endpoint, expected=shipped_layout(active))
+    published: dict[int, float] = {}
+    installed: dict[int, float] = {}
+    first_chunk: dict[int, float] = {}
+    stop = threading.Event()
+
+    def loader() -> None:
+        while not stop.is_set():
+            update = subscriber.recv(0.05)
+            if update is not None and slots.stage(update):
+                installed[update.policy_version] = time.perf_counter()
+
+    def actor() -> None:
+        prefix = np.zeros((PREFIX, active.action_dim), np.float32)
+        while not stop.is_set():
+            slots.swap_if_staged()
+            version = slots.policy_version
+            slots.active.infer(observation, prefix, PREFIX)
+            first_chunk.setdefault(version, time.perf_counter())
+
+    threads = [threading.Thread(target=loader, daemon=True), threading.Thread(target=actor, daemon=True)]
+    for thread in threads:
+        thread.start()
+    rng = np.random.default_rng(1)
+    try:
+        for _ in range(swaps):
+            tensors = {n: t + rng.standard_normal(1).astype(t.dtype) * 1e-3 for n, t in trainable.items()}
+            start = time.perf_counter()
+            version = publisher.publish(tensors, subset="trainable")
+            published[version] = start
+            deadline = time.monotonic() + 600
+            while version not in first_chunk and time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=600)
+        subscriber.close()
+        publisher.close()
+    done = [v for v in published if v in installed and v in first_chunk]
+    return (
+        [(installed[v] - published[v]) * 1e3 for v in done],
+        [(first_chunk[v] - published[v]) * 1e3 for v in done],
+    )
+
+
+def learner_updates(policy: Any, spec: Any, updates: int) -> float:
+    """Updates per second at batch :data:`BATCH` on the trainable parameters (one warm-up first)."""
+    from robotrl.core import keys
+
+    g = torch.Generator().manual_seed(2)
+    a = len(spec.action_names)
+    batch: dict[str, Any] = {
+        keys.STATE: torch.randn(BATCH, len(spec.state_names), generator=g),
+        keys.ACTION: torch.randn(BATCH, HORIZON, a, generator=g),
+        keys.PREFIX_LEN: torch.randint(0, PREFIX, (BATCH,), generator=g),
+        keys.ACTION_MASK: torch.ones(BATCH, HORIZON, dtype=torch.bool),
+        keys.TASK: [spec.instruction] * BATCH,
+    }
+    for cam, shape in spec.camera_shapes.items():
+        batch[keys.IMAGE_PREFIX + cam] = torch.randint(
+            0, 256, (BATCH, *shape), generator=g, dtype=torch.uint8
+        )
+    trained = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trained, lr=1e-4)
+    policy.train()
+
+    def step() -> None:
+        loss = policy.per_sample_loss(batch).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    step()
+    start = time.perf_counter()
+    for _ in range(updates):
+        step()
+    return updates / (time.perf_counter() - start)
