@@ -97,7 +97,7 @@ def write_backbone(out: Path, shape: Backbone, instruction: str) -> Path:
         SmolVLMVideoProcessor,
     )
 
-    words = [w for w in re.findall(r"\w+", instruction.lower())]
+    words = re.findall(r"\w+", instruction.lower())
     tokens = [*SPECIAL_TOKENS.values(), *IMAGE_TOKENS.values(), *VOCABULARY, *words]
     vocab = {token: i for i, token in enumerate(dict.fromkeys(tokens))}
     word_level = Tokenizer(models.WordLevel(vocab, unk_token=SPECIAL_TOKENS["unk_token"]))
