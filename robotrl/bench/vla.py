@@ -71,18 +71,19 @@ def run(quick: bool = False) -> dict[str, Any]:
             ]
         )
     report(
-        f"vla: SmolVLA (random weights, made offline), pick-place, two 96x96 cameras, horizon {HORIZON} "
+        f"vla: SmolVLA made offline, pick-place, two 96x96 cameras, horizon {HORIZON}; ms as p50 / p99, "
+        f"installed and new chunk timed from publish, updates at batch {BATCH} "
         f"({'quick' if quick else 'full'} run)",
         [
             "size",
-            "parameters",
+            "params",
             "trainable",
-            "update MB (share)",
-            "chunk ms p50/p99",
-            "publish->installed ms p50/p99",
-            "publish->first new chunk ms p50/p99",
-            f"updates/s (batch {BATCH})",
-            "peak RSS MB",
+            "update MB",
+            "chunk ms",
+            "installed ms",
+            "new chunk ms",
+            "updates/s",
+            "RSS MB",
         ],
         rows,
         result,
