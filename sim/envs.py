@@ -156,27 +156,7 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         )
         self.data = mujoco.MjData(self.model)
         self.substeps, _ = substeps_for(control_hz)
-        m = self.model
-        self._qadr = np.array([m.jnt_qposadr[m.joint(j).id] for j in so101.JOINTS])
-        self._vadr = np.array([m.jnt_dofadr[m.joint(j).id] for j in so101.JOINTS])
-        self._ee = m.site(EE_SITE).id
-        self._goal_body = m.body("goal").id
-        self._goal_geom = m.geom("goal").id
-        self._obstacle_body = m.body("obstacle").id if self.task.obstacle else -1
-        self._cube_q = m.jnt_qposadr[m.joint("cube").id] if self.task.with_cube else -1
-        self._cube_body = m.body("cube").id if self.task.with_cube else -1
-        self._cube_geom = m.geom("cube").id if self.task.with_cube else -1
-        self._pads = {m.geom("fixed_jaw_pad").id, m.geom("moving_jaw_pad").id}
-        self._nominal = {
-            "geom_friction": m.geom_friction.copy(),
-            "geom_rgba": m.geom_rgba.copy(),
-            "body_mass": m.body_mass.copy(),
-            "body_inertia": m.body_inertia.copy(),
-            "light_diffuse": m.light_diffuse.copy(),
-            "light_pos": m.light_pos.copy(),
-            "cam_pos": m.cam_pos.copy(),
-            "cam_fovy": m.cam_fovy.copy(),
-        }
+        self._index_model()
         self._offsets: Array = np.zeros(6)
         self._low, self._high = so101.ACTION_LOW.copy(), so101.ACTION_HIGH.copy()
         self.action_space = gym.spaces.Box(self._low, self._high, dtype=np.float32)
@@ -198,6 +178,31 @@ class SO101Env(gym.Env[dict[str, Array], Array]):
         """Actions (ticks) clipped to the joint ranges this episode."""
 
     # ---- layout -------------------------------------------------------------------------------
+    def _index_model(self) -> None:
+        """The MuJoCo ids and addresses a step reads, and the nominal values domain randomisation
+        perturbs, looked up once."""
+        m = self.model
+        self._qadr = np.array([m.jnt_qposadr[m.joint(j).id] for j in so101.JOINTS])
+        self._vadr = np.array([m.jnt_dofadr[m.joint(j).id] for j in so101.JOINTS])
+        self._ee = m.site(EE_SITE).id
+        self._goal_body = m.body("goal").id
+        self._goal_geom = m.geom("goal").id
+        self._obstacle_body = m.body("obstacle").id if self.task.obstacle else -1
+        self._cube_q = m.jnt_qposadr[m.joint("cube").id] if self.task.with_cube else -1
+        self._cube_body = m.body("cube").id if self.task.with_cube else -1
+        self._cube_geom = m.geom("cube").id if self.task.with_cube else -1
+        self._pads = {m.geom("fixed_jaw_pad").id, m.geom("moving_jaw_pad").id}
+        self._nominal = {
+            "geom_friction": m.geom_friction.copy(),
+            "geom_rgba": m.geom_rgba.copy(),
+            "body_mass": m.body_mass.copy(),
+            "body_inertia": m.body_inertia.copy(),
+            "light_diffuse": m.light_diffuse.copy(),
+            "light_pos": m.light_pos.copy(),
+            "cam_pos": m.cam_pos.copy(),
+            "cam_fovy": m.cam_fovy.copy(),
+        }
+
     def _state_names(self) -> tuple[str, ...]:
         names = [f"{j}.pos" for j in so101.JOINTS] + [f"{j}.vel" for j in so101.JOINTS]
         names += ["goal.x", "goal.y", "goal.z"]
