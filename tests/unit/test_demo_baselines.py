@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from demo_steps import offline_step_argvs
 from rich.console import Console
 
 from robotrl.actor.report import wilson_interval
@@ -34,13 +35,7 @@ def test_demonstrations_see_the_source_condition_and_everything_else_the_target(
     demo = demo_of(tmp_path, f"experiment.shift.cube_azimuth=[{TARGET[0]},{TARGET[1]}]")
     source = list(demo.cfg.env.scene.cube_azimuth)
     assert source != TARGET
-    ran: list[list[str]] = []
-    monkeypatch.setattr(demo.steps, "run", lambda title, out, argv, inputs=(): ran.append(list(argv)))
-    demo.record()
-    demo.pretrain()
-    with pytest.raises(FileNotFoundError):  # the stubbed step wrote no summary
-        demo.evaluate("best_offline", demo.pretrained, "the best offline policy", made_by=tmp_path)
-    record, pretrain, evaluate = ran
+    record, pretrain, evaluate = offline_step_argvs(demo, tmp_path, monkeypatch)
     assert scene_of(record) == scene_of(pretrain) == source
     assert scene_of(evaluate) == TARGET
     for name in ("rapi", "bc", "bc_demos", "rapi_no_takeover"):

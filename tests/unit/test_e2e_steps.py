@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from demo_steps import offline_step_argvs
 from rich.console import Console
 
 from robotrl.actor.report import pool_summaries, wilson_interval
@@ -57,22 +58,10 @@ def test_the_continued_imitation_baseline_clones_the_demonstrations_alone(tmp_pa
     assert rapi.demos_path == bc.demos_path == demos_only.demos_path == str(tmp_path / "demos")
 
 
-def _offline_step_argvs(demo: Demo, tmp_path: Path, monkeypatch) -> list[list[str]]:
-    """The command lines of the record, pretrain and first evaluation steps (not run)."""
-    ran: list[list[str]] = []
-    monkeypatch.setattr(demo.steps, "run", lambda title, out, argv, inputs=(): ran.append(list(argv)))
-    demo.record()
-    demo.pretrain()
-    with pytest.raises(FileNotFoundError):  # the stubbed step wrote no summary
-        demo.evaluate("pretrained", demo.pretrained, "the pretrained policy", made_by=tmp_path)
-    assert len(ran) == 3
-    return ran
-
-
 def test_the_recording_step_gets_every_record_option(tmp_path: Path, monkeypatch):
     cfg = load_config(["experiment=demo", f"experiment.output_dir={tmp_path}", "record.miss_rate=0.3"])
     demo = Demo(cfg, Console(file=open("/dev/null", "w")))  # noqa: SIM115
-    record = load_config(_offline_step_argvs(demo, tmp_path, monkeypatch)[0][4:]).record
+    record = load_config(offline_step_argvs(demo, tmp_path, monkeypatch)[0][4:]).record
     assert record.miss_rate == 0.3 and record.overwrite
     assert (record.episodes, record.output_dir) == (cfg.experiment.demos, str(tmp_path / "demos"))
 
@@ -95,7 +84,7 @@ def test_a_scripted_takeover_helps_only_while_fine_tuning(tmp_path: Path, monkey
         True,
     )
     assert env.takeover.reopen_only and env.takeover.max_corrections == 3
-    for argv in _offline_step_argvs(demo, tmp_path, monkeypatch):
+    for argv in offline_step_argvs(demo, tmp_path, monkeypatch):
         assert "env.takeover.ticks=0" in argv and "env.takeover.on_miss=false" in argv
         assert "env.takeover.before_miss=false" in argv
         assert "env.takeover.miss_wait_ticks=0" in argv
@@ -116,7 +105,7 @@ def test_evaluations_sample_at_the_evaluation_temperature_while_fine_tuning_expl
     )
     demo = Demo(cfg, Console(file=open("/dev/null", "w")))  # noqa: SIM115
     assert demo.finetune_config("rapi").policy.noise_scale == 1.0
-    record, pretrain, evaluate = _offline_step_argvs(demo, tmp_path, monkeypatch)
+    record, pretrain, evaluate = offline_step_argvs(demo, tmp_path, monkeypatch)
     assert "policy.noise_scale=0.0" in evaluate
     assert "policy.noise_scale=1.0" in pretrain and "policy.kind='expert'" in record
 
