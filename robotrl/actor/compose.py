@@ -23,7 +23,7 @@ from robotrl.actor.loop import ControlLoop, LoopSettings, early_request_pays
 from robotrl.actor.pace import LearnerPace
 from robotrl.actor.queue import ActionQueue
 from robotrl.actor.recorder import TransitionRecorder, TransitionSink
-from robotrl.actor.slots import PolicySlots
+from robotrl.actor.slots import PolicySlots, spare_of
 from robotrl.actor.timing import VirtualTimeScheduler, WallClockScheduler
 from robotrl.actor.worker import ProcessInference, WorkerSpec
 from robotrl.config.actor import ActorConfig, Strategy
@@ -193,18 +193,16 @@ def _serial_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[In
     from robotrl.policy.factory import trained_max_delay
 
     torch.set_num_threads(inference_threads())
-    policies = []
-    for _ in range(2):  # both slots start identical (a fresh policy's random weights too)
-        torch.manual_seed(cfg.seed)
-        policies.append(make_policy(cfg.policy, spec))
-    slots = PolicySlots(policies[0], policies[1], zero_copy=True)  # updates are the subscriber's own
+    torch.manual_seed(cfg.seed)
+    active = make_policy(cfg.policy, spec)
+    slots = PolicySlots(active, spare_of(active), zero_copy=True)  # updates are the subscriber's own
     weights = None
     if online:
         from robotrl.transport.weight_checks import shipped_layout
         from robotrl.transport.weight_subscriber import WeightSubscriber
 
         weights = WeightSubscriber.from_config(
-            cfg.transport, cfg.actor.actor_id, expected=shipped_layout(policies[0])
+            cfg.transport, cfg.actor.actor_id, expected=shipped_layout(active)
         )
     trained = trained_max_delay(slots.active)
     return (

@@ -7,6 +7,9 @@ spare without holding the lock the inference side takes, and the two slots swap 
 when :meth:`PolicySlots.swap_if_staged` is called between two inferences. Every chunk
 is then produced by exactly one version, and an inference never waits for a load.
 
+The spare shares the active policy's frozen parameters (:func:`spare_of`): updates never write
+them, so two slots of a VLA cost one model plus its trainable part, not two models.
+
 Digest and finiteness are the weight source's job (a ``WeightSource`` yields only
 verified updates), so they are not paid for twice. Versions are ordered within the
 publisher's session (:mod:`robotrl.core.sessions`): a restarted learner's versions are
@@ -16,11 +19,13 @@ session change and (rate-limited) each refusal is logged.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from robotrl.core.log_limit import EveryFewSeconds
 from robotrl.core.protocols import ChunkPolicy
@@ -28,6 +33,19 @@ from robotrl.core.sessions import SessionVersions
 from robotrl.core.types import WeightUpdate
 
 log = logging.getLogger(__name__)
+
+
+def spare_of(active: ChunkPolicy) -> ChunkPolicy:
+    """A copy of ``active`` for the spare slot that shares its frozen (``requires_grad=False``)
+    parameters: identical weights, and the memory of the trainable part only."""
+    frozen = {id(p): p for p in _parameters(active).values() if not p.requires_grad}
+    spare: ChunkPolicy = copy.deepcopy(active, frozen)
+    return spare
+
+
+def _parameters(policy: ChunkPolicy) -> dict[str, Any]:
+    named = getattr(policy, "named_parameters", None)  # torch modules; a fake policy has none
+    return dict(named()) if callable(named) else {}
 
 
 class PolicySlots:
@@ -57,6 +75,9 @@ class PolicySlots:
         # The layout every update must fit, taken once: trainable_tensors() copies every weight
         # (200 MB for a 50M policy), far too slow to repeat per update, let alone under the lock.
         self._layout = {n: (t.shape, t.dtype) for n, t in spare.trainable_tensors().items()}
+        theirs = _parameters(active)
+        self._shared = frozenset(n for n, p in _parameters(spare).items() if theirs.get(n) is p)
+        """Parameters both slots hold (see :func:`spare_of`): a full update's copies are not loaded."""
         self._lock = threading.Lock()  # guards the slots and versions; never held during a load
         self._load_lock = threading.Lock()  # one load at a time into the one spare
         self.refused: Counter[str] = Counter()
@@ -119,7 +140,8 @@ class PolicySlots:
                     return False
                 self._staged_version = None  # the spare is about to be overwritten
             try:
-                self._spare.load_weights(update.tensors, zero_copy=self._zero_copy)
+                tensors = {n: t for n, t in update.tensors.items() if n not in self._shared}
+                self._spare.load_weights(tensors, zero_copy=self._zero_copy)
             except Exception as exc:  # whatever the policy refuses with: old weights kept, loader lives on
                 with self._lock:
                     self.refused["load_error"] += 1

@@ -39,7 +39,7 @@ import numpy as np
 import zmq
 
 from robotrl.actor.inference import Continuations, run_inference, seed_everything
-from robotrl.actor.slots import PolicySlots
+from robotrl.actor.slots import PolicySlots, spare_of
 from robotrl.actor.timing import InferenceFailedError
 from robotrl.core.protocols import ChunkPolicy, WeightSource
 from robotrl.core.types import InferenceReply, InferenceRequest
@@ -146,12 +146,10 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
 
         torch.set_num_threads(spec.torch_threads)
     factory = _import(spec.policy_factory)
-    seed_everything(0)  # both slots start identical, even a fresh policy's random weights
-    active: ChunkPolicy = factory(**spec.policy_kwargs)
     seed_everything(0)
-    spare: ChunkPolicy = factory(**spec.policy_kwargs)
+    active: ChunkPolicy = factory(**spec.policy_kwargs)
     slots = PolicySlots(
-        active, spare, spec.initial_policy_version, zero_copy=True
+        active, spare_of(active), spec.initial_policy_version, zero_copy=True
     )  # updates are the loader's own
     stop = threading.Event()
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()

@@ -1,10 +1,11 @@
-"""`robotrl bench vla`: lerobot's SmolVLA, tiny and full, made offline and run the way robotrl runs it.
+"""`robotrl bench vla`: lerobot's SmolVLA and pi0.5, tiny and full, made offline and run as robotrl runs them.
 
 Each size runs in its own spawned process (so its peak RSS is its own), for the pick-and-place
 task with two 96x96 cameras and a 32-action chunk (`robotrl vla init`'s folder, random weights):
 
-- parameters, total and trainable (SmolVLA freezes its backbone), and the bytes one weight
-  update ships (the trainable tensors, float32) against the whole model's;
+- parameters, total and trainable (both VLAs freeze their VLM and train the action expert), and
+  the bytes one weight update ships (the trainable tensors, float32) against the whole model's
+  (in its own dtype: full pi0.5 is bfloat16);
 - chunk inference on this CPU with a committed 8-row prefix through lerobot's RTC, one torch
   thread per inference as the actor's worker has on 2 cores: p50 and p99;
 - hot swap of the trainable subset through the real links: a :class:`WeightPublisher` and a
@@ -17,11 +18,14 @@ task with two 96x96 cameras and a 32-action chunk (`robotrl vla init`'s folder, 
 - the time to make and to load the folder, and the process's peak RSS.
 
 There is no baseline in the same run to compare with: these are the VLA's own costs on this
-machine. pi0.5 is not made by `robotrl vla init` yet.
+machine. The spare slot shares the active one's frozen parameters, as the actor's do; the
+learner's copy is loaded after both slots are freed, as it lives in another process in a run.
 """
 
 from __future__ import annotations
 
+import gc
+import itertools
 import multiprocessing as mp
 import resource
 import tempfile
@@ -45,21 +49,21 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def run(quick: bool = False) -> dict[str, Any]:
+def run(quick: bool = False, types: tuple[str, ...] = ("smolvla", "pi05")) -> dict[str, Any]:
     counts = {  # (chunks, swaps, updates) per size
         "tiny": (30, 10, 20) if quick else (100, 30, 100),
         "full": (3, 2, 1) if quick else (10, 5, 3),
     }
     ctx = mp.get_context("spawn")
-    result: dict[str, Any] = {"bench": "vla", "type": "smolvla", "horizon": HORIZON, "batch": BATCH}
+    result: dict[str, Any] = {"bench": "vla", "horizon": HORIZON, "batch": BATCH}
     rows = []
-    for size, (chunks, swaps, updates) in counts.items():
+    for kind, (size, (chunks, swaps, updates)) in itertools.product(types, counts.items()):
         with ctx.Pool(1) as pool:
-            measured: dict[str, Any] = pool.apply(measure, (size, chunks, swaps, updates))
-        result.update({f"{size}_{key}": value for key, value in measured.items()})
+            measured: dict[str, Any] = pool.apply(measure, (kind, size, chunks, swaps, updates))
+        result.update({f"{kind}_{size}_{key}": value for key, value in measured.items()})
         rows.append(
             [
-                size,
+                f"{kind} {size}",
                 f"{measured['params'] / 1e6:.2f}M",
                 f"{measured['trainable'] / 1e6:.2f}M",
                 f"{measured['update_mb']:.1f} ({measured['update_share']:.0%})",
@@ -71,11 +75,11 @@ def run(quick: bool = False) -> dict[str, Any]:
             ]
         )
     report(
-        f"vla: SmolVLA made offline, pick-place, two 96x96 cameras, horizon {HORIZON}; ms as p50 / p99, "
-        f"installed and new chunk timed from publish, updates at batch {BATCH} "
+        f"vla: SmolVLA and pi0.5 made offline, pick-place, two 96x96 cameras, horizon {HORIZON}; "
+        f"ms as p50 / p99, installed and new chunk timed from publish, updates at batch {BATCH} "
         f"({'quick' if quick else 'full'} run)",
         [
-            "size",
+            "VLA",
             "params",
             "trainable",
             "update MB",
@@ -91,11 +95,11 @@ def run(quick: bool = False) -> dict[str, Any]:
     return result
 
 
-def measure(size: str, chunks: int, swaps: int, updates: int) -> dict[str, Any]:
-    """Every figure of one size (module doc), in this (spawned) process."""
+def measure(kind: str, size: str, chunks: int, swaps: int, updates: int) -> dict[str, Any]:
+    """Every figure of one VLA at one size (module doc), in this (spawned) process."""
     from robotrl.config.load import load_config
     from robotrl.policy.lerobot import LerobotChunkPolicy
-    from robotrl.policy.vla import init_smolvla
+    from robotrl.policy.vla import MAKERS
     from robotrl.sim import make_env
 
     torch.set_num_threads(1)
@@ -104,12 +108,11 @@ def measure(size: str, chunks: int, swaps: int, updates: int) -> dict[str, Any]:
     env.close()
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        folder = init_smolvla(Path(tmp) / size, size, spec, HORIZON)
+        folder = MAKERS[kind](Path(tmp) / size, size, spec, HORIZON)
         make_s = time.perf_counter() - start
         start = time.perf_counter()
         active = LerobotChunkPolicy.load(folder)
         load_s = time.perf_counter() - start
-        spare = LerobotChunkPolicy.load(folder)
         params = list(active.policy.parameters())
         trainable = active.trainable_tensors()
         update_bytes = sum(t.nbytes for t in trainable.values())
@@ -122,11 +125,14 @@ def measure(size: str, chunks: int, swaps: int, updates: int) -> dict[str, Any]:
             t = time.perf_counter()
             active.infer(observation, prefix, PREFIX)
             chunk_ms.append((time.perf_counter() - t) * 1e3)
-        installed_ms, first_chunk_ms = hot_swaps(active, spare, trainable, observation, swaps, Path(tmp))
+        installed_ms, first_chunk_ms = hot_swaps(active, trainable, observation, swaps, Path(tmp))
+        total = sum(p.numel() for p in params)
+        del active, params
+        gc.collect()
         # a fresh copy: the slots' weights may be the updates' own read-only arrays (zero copy)
         updates_per_s = learner_updates(LerobotChunkPolicy.load(folder), spec, updates)
     return {
-        "params": sum(p.numel() for p in params),
+        "params": total,
         "trainable": sum(t.size for t in trainable.values()),
         "update_mb": update_bytes / 1e6,
         "update_share": round(update_bytes / model_bytes, 4),
@@ -155,15 +161,15 @@ def _observation(spec: Any) -> Any:
 
 
 def hot_swaps(
-    active: Any, spare: Any, trainable: dict[str, Any], observation: Any, swaps: int, tmp: Path
+    active: Any, trainable: dict[str, Any], observation: Any, swaps: int, tmp: Path
 ) -> tuple[list[float], list[float]]:
     """(publish -> staged ms, publish -> first chunk with the new version ms) for ``swaps`` updates."""
-    from robotrl.actor.slots import PolicySlots
+    from robotrl.actor.slots import PolicySlots, spare_of
     from robotrl.transport.weight_checks import shipped_layout
     from robotrl.transport.weight_subscriber import WeightSubscriber
     from robotrl.transport.weights import WeightPublisher
 
-    slots = PolicySlots(active, spare, zero_copy=True)
+    slots = PolicySlots(active, spare_of(active), zero_copy=True)
     publisher = WeightPublisher(f"ipc://{tmp}/weights.sock")
     subscriber = WeightSubscriber(publisher.endpoint, expected=shipped_layout(active))
     published: dict[int, float] = {}

@@ -92,7 +92,11 @@ class PolicyTrainer:
 
     def __init__(self, policy: Any, cfg: LearnerConfig, device: torch.device) -> None:
         self.policy, self.cfg, self.device = policy, cfg, device
-        policy.to(device)
+        prepare = getattr(policy, "prepare_training", None)  # a lerobot policy's processors, too
+        if callable(prepare):
+            prepare(device)
+        else:
+            policy.to(device)
         self.policy_params = [p for p in policy.parameters() if p.requires_grad]
         self.policy_lr = cfg.policy_lr or cfg.lr
         """The policy's learning rate now (``set_progress`` anneals it)."""

@@ -47,13 +47,20 @@ class Demos:
         return frames
 
     def stats(self, frames: npt.NDArray[np.int64]) -> dict[str, npt.NDArray[np.float32]]:
-        """Mean and std of state and action over ``frames`` (the training split)."""
-        return {
-            "state_mean": self.state[frames].mean(0),
-            "state_std": self.state[frames].std(0),
-            "action_mean": self.action[frames].mean(0),
-            "action_std": self.action[frames].std(0),
-        }
+        """State and action statistics over ``frames`` (the training split): mean and std (what
+        every policy reads), range and 1%/99% quantiles (for lerobot policies normalising so)."""
+        out: dict[str, npt.NDArray[np.float32]] = {}
+        for name, column in (("state", self.state[frames]), ("action", self.action[frames])):
+            q01, q99 = np.quantile(column, [0.01, 0.99], axis=0).astype(np.float32)
+            out |= {
+                f"{name}_mean": column.mean(0),
+                f"{name}_std": column.std(0),
+                f"{name}_min": column.min(0),
+                f"{name}_max": column.max(0),
+                f"{name}_q01": q01,
+                f"{name}_q99": q99,
+            }
+        return out
 
 
 def load_demos(root: str | Path, cameras: Sequence[str] | None = None) -> Demos:

@@ -23,12 +23,10 @@ Inference runs without autograd: under ``torch.inference_mode()`` for policies t
 blend, and under ``torch.no_grad()`` for RTC, whose guidance differentiates through
 the denoiser (inference-mode tensors can never require grad).
 
-SmolVLA builds offline from a local backbone folder (config and tokenizer) with
-``load_vlm_weights=False``; pi0.5 builds its model from code and fetches only its
-processor's tokenizer id, which a local Hugging Face cache satisfies. Neither ships
-with robotrl yet, so their paths here (RTC routing, ``reduction="none"``) are tested
-on their real classes and on lerobot's real RTC processor, not end to end.
-robotrl/policy/README.md lists what is tested offline.
+SmolVLA and pi0.5 build offline from a folder ``robotrl vla init`` made (:mod:`robotrl.policy.vla`:
+its ``vlm/`` holds the tokenizer, and SmolVLA's backbone config); a folder in the hub's layout
+finds its tokenizer and backbone ids in the local Hugging Face cache. robotrl/policy/README.md
+lists what is tested.
 """
 
 from __future__ import annotations
@@ -59,10 +57,15 @@ from robotrl.policy.checkpoint import (
 )
 from robotrl.policy.flow import MIN_STD
 from robotrl.policy.inputs import check_observation_shapes
-from robotrl.policy.vla import VLM_FOLDER, local_backbone
+from robotrl.policy.vla import TABLES_KEY, VLM_FOLDER, building, local_backbone
 from robotrl.policy.weights import load_parameters
 
 ARCHITECTURE = "robotrl.lerobot"
+UNUSED_TRAINABLE = ("paligemma_with_expert.gemma_expert.lm_head.",)
+"""Parameters lerobot leaves trainable that no loss reaches (pi0.5's expert emits hidden states,
+never logits): frozen on load, so no update ships them."""
+STAT_KINDS = ("mean", "std", "min", "max", "q01", "q99")
+"""The statistics lerobot's normaliser modes read (mean/std, range, quantiles)."""
 BLEND_TICKS = 8
 
 
@@ -106,9 +109,17 @@ def _spec_from_lerobot(config: Any, name: str) -> EnvSpec:
 class LerobotChunkPolicy(nn.Module):
     """A lerobot ``PreTrainedPolicy`` with its processors, behind the ``ChunkPolicy`` protocol."""
 
-    def __init__(self, policy: Any, preprocessor: Any, postprocessor: Any, spec: EnvSpec) -> None:
+    def __init__(
+        self, policy: Any, preprocessor: Any, postprocessor: Any, spec: EnvSpec, tables: str | None = None
+    ) -> None:
+        """``tables``: the shrunk lerobot tables the policy was built with (see
+        :func:`robotrl.policy.vla.building`), None for lerobot's own."""
         super().__init__()
         self.policy = policy
+        self.tables = tables
+        for name, param in policy.named_parameters():
+            if any(unused in name for unused in UNUSED_TRAINABLE):
+                param.requires_grad_(False)
         self.preprocessor, self.postprocessor = preprocessor, postprocessor
         self.spec = spec
         self.config = policy.config
@@ -145,6 +156,7 @@ class LerobotChunkPolicy(nn.Module):
                 f"pretrained_model/{LEROBOT_CONFIG}); no hub downloads"
             )
         src = found
+        meta: dict[str, Any] = {}
         if (src / META_FILE).is_file():
             meta = read_meta(src)
             expect_architecture(src, meta, ARCHITECTURE)
@@ -157,15 +169,17 @@ class LerobotChunkPolicy(nn.Module):
         overrides: dict[str, dict[str, Any]] = {"device_processor": {"device": device}}
         backbone = local_backbone(src, config)
         if backbone is not None:  # a folder `robotrl vla init` made, wherever it was moved
-            config.vlm_model_name = str(backbone)
+            if hasattr(config, "vlm_model_name"):
+                config.vlm_model_name = str(backbone)
             overrides["tokenizer_processor"] = {"tokenizer_name": str(backbone)}
         policy_cls = get_policy_class(config.type)
         enable_rtc(policy_cls, config)
-        policy = policy_cls.from_pretrained(src, config=config)
+        with building(meta):
+            policy = policy_cls.from_pretrained(src, config=config)
         pre, post = make_pre_post_processors(
             config, pretrained_path=str(src), preprocessor_overrides=overrides
         )
-        adapter = cls(policy, pre, post, spec or _spec_from_lerobot(config, src.name))
+        adapter = cls(policy, pre, post, spec or _spec_from_lerobot(config, src.name), meta.get(TABLES_KEY))
         if cfg is not None and cfg.kind is not PolicyKind.lerobot:
             raise CheckpointError(f"{src}: a lerobot policy, but policy.kind={cfg.kind.value}")
         return adapter.to(device).eval()
@@ -181,39 +195,47 @@ class LerobotChunkPolicy(nn.Module):
         if backbone is not None and backbone != (out / VLM_FOLDER).resolve():
             shutil.copytree(backbone, out / VLM_FOLDER, dirs_exist_ok=True)
         cfg = PolicyConfig(kind=PolicyKind.lerobot, horizon=self.horizon, max_delay=0)
-        write_meta(out, ARCHITECTURE, cfg, self.spec, lerobot_type=self.config.type)
+        tables = {TABLES_KEY: self.tables} if self.tables else {}
+        write_meta(out, ARCHITECTURE, cfg, self.spec, lerobot_type=self.config.type, **tables)
 
     @contextlib.contextmanager
     def _backbone_named(self, name: str) -> Iterator[Path | None]:
         """While saving: the config and the tokenizer step name a local backbone folder ``name``
         (relative to the saved folder); yields that folder, or None for a hub id or no backbone."""
-        current = getattr(self.config, "vlm_model_name", None)
-        if not isinstance(current, str) or not Path(current).is_dir():
+        steps = [s for s in self.preprocessor.steps if isinstance(getattr(s, "tokenizer_name", None), str)]
+        current = next((s.tokenizer_name for s in steps if Path(s.tokenizer_name).is_dir()), None)
+        if current is None:
             yield None
             return
-        steps = [s for s in self.preprocessor.steps if getattr(s, "tokenizer_name", None) == current]
-        self.config.vlm_model_name = name
+        steps = [s for s in steps if s.tokenizer_name == current]
+        names_backbone = getattr(self.config, "vlm_model_name", None) == current
         for step in steps:
             step.tokenizer_name = name
+        if names_backbone:
+            self.config.vlm_model_name = name
         try:
             yield Path(current).resolve()
         finally:
-            self.config.vlm_model_name = current
             for step in steps:
                 step.tokenizer_name = current
+            if names_backbone:
+                self.config.vlm_model_name = current
 
     # ------------------------------------------------------------------ normalisation
     def set_normalization(self, stats: Mapping[str, npt.NDArray[np.floating[Any]]]) -> None:
-        """State and action mean and std from the training data (``state_mean``, ``state_std``,
-        ``action_mean``, ``action_std``, as the built-in policy takes them) into lerobot's
-        normaliser and unnormaliser steps; std is floored at ``MIN_STD`` as there."""
-        new = {
-            key: {
-                "mean": np.asarray(stats[f"{prefix}_mean"], np.float32),
-                "std": np.maximum(np.asarray(stats[f"{prefix}_std"], np.float32), MIN_STD),
+        """State and action statistics from the training data into lerobot's normaliser and
+        unnormaliser steps: ``state_mean``, ``state_std``, ``action_mean``, ``action_std`` (as the
+        built-in policy takes them; std floored at ``MIN_STD`` as there) and, where given,
+        ``_min``, ``_max``, ``_q01``, ``_q99`` (for policies normalising by range or quantiles)."""
+        new: dict[str, dict[str, npt.NDArray[np.float32]]] = {}
+        for prefix, key in (("state", keys.STATE), ("action", keys.ACTION)):
+            new[key] = {
+                name: np.asarray(stats[f"{prefix}_{name}"], np.float32)
+                for name in STAT_KINDS
+                if f"{prefix}_{name}" in stats
             }
-            for prefix, key in (("state", keys.STATE), ("action", keys.ACTION))
-        }
+            new[key]["std"] = np.maximum(np.asarray(stats[f"{prefix}_std"], np.float32), MIN_STD)
+            new[key]["mean"] = np.asarray(stats[f"{prefix}_mean"], np.float32)
         for step in self._normalization_steps():
             step.stats = {**(step.stats or {}), **new}
             step.to(device=self.device)
@@ -226,7 +248,8 @@ class LerobotChunkPolicy(nn.Module):
         return {
             f"{prefix}_{name}": np.asarray(stats[key][name], np.float32).copy()
             for prefix, key in (("state", keys.STATE), ("action", keys.ACTION))
-            for name in ("mean", "std")
+            for name in STAT_KINDS
+            if name in stats[key]
         }
 
     def _normalization_steps(self) -> list[Any]:
@@ -384,6 +407,23 @@ class LerobotChunkPolicy(nn.Module):
             out: Tensor = l1 + kld * cfg.kl_weight
             return out
         return l1
+
+    def prepare_training(self, device: torch.device) -> None:
+        """Ready to train on ``device``: the model, its normalisation statistics and the processors'
+        device step moved there, and on CUDA lerobot's gradient checkpointing switched on where the
+        policy has it (pi0.5: a VLA's activations are what fills a GPU; the CPU is short of time,
+        not memory, so it recomputes nothing)."""
+        self.to(device)
+        for step in self.preprocessor.steps:
+            if type(step).__name__ == "DeviceProcessorStep":
+                step.device = str(device)
+                step.__post_init__()
+        for step in self._normalization_steps():
+            step.to(device=device)
+        enable = getattr(getattr(self.policy, "model", None), "gradient_checkpointing_enable", None)
+        if device.type == "cuda" and callable(enable):
+            enable()
+            self.config.gradient_checkpointing = True
 
     # ------------------------------------------------------------------ weights
     def trainable_tensors(self) -> dict[str, npt.NDArray[np.generic]]:

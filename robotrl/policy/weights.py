@@ -38,7 +38,7 @@ def load_parameters(
             raise KeyError(f"{owner} has no tensor {name!r}")
         if tuple(target.shape) != tuple(arr.shape):
             raise ValueError(f"{name!r} has shape {tuple(arr.shape)}, {owner} has {tuple(target.shape)}")
-        want = np.dtype(str(target.dtype).removeprefix("torch."))
+        want = wire_dtype(target.dtype)
         if arr.dtype != want:
             raise ValueError(f"{name!r} has dtype {arr.dtype}, {owner} has {want}")
     with torch.no_grad(), warnings.catch_warnings():
@@ -48,10 +48,24 @@ def load_parameters(
         shared = {  # a CPU tensor no other entry uses (tied weights stay tied: those are copied into)
             n: t
             for n, t in as_torch.items()
-            if zero_copy and state[n].device.type == "cpu" and users[state[n].data_ptr()] == 1
+            if zero_copy
+            and state[n].device.type == "cpu"
+            and state[n].dtype == t.dtype
+            and users[state[n].data_ptr()] == 1
         }
         if shared:
             module.load_state_dict(shared, strict=False, assign=True)
         for name, tensor in as_torch.items():
-            if name not in shared:  # in place; on a GPU, one host-to-device copy
+            if name not in shared:  # in place (cast where narrower); on a GPU, one host-to-device copy
                 state[name].copy_(tensor)
+
+
+def wire_torch_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a tensor of ``dtype`` travels and is stored as: its own, except bfloat16, which
+    numpy lacks, as float32 (exact; cast back on install)."""
+    return torch.float32 if dtype == torch.bfloat16 else dtype
+
+
+def wire_dtype(dtype: torch.dtype) -> np.dtype[Any]:
+    """:func:`wire_torch_dtype` as numpy's dtype."""
+    return np.dtype(str(wire_torch_dtype(dtype)).removeprefix("torch."))

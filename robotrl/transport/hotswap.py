@@ -14,12 +14,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 import torch
 
 from robotrl.core.types import WeightUpdate
-from robotrl.policy.weights import load_parameters
+from robotrl.policy.weights import load_parameters, wire_dtype, wire_torch_dtype
 from robotrl.transport.weight_checks import Layout, WeightRefused
 
 log = logging.getLogger(__name__)
@@ -28,21 +27,19 @@ log = logging.getLogger(__name__)
 def module_tensors(module: torch.nn.Module, trainable_only: bool = False) -> dict[str, npt.NDArray[Any]]:
     """Numpy views (CPU) of ``module``'s state, or of its trainable parameters only.
 
-    Views share memory with CPU tensors: publish them with ``copy=True`` (the default).
+    Views share memory with CPU tensors (bfloat16 ones are widened copies: see
+    :func:`wire_dtype`): publish them with ``copy=True`` (the default).
     """
     if trainable_only:
         items = [(n, t) for n, t in module.named_parameters() if t.requires_grad]
     else:
         items = list(module.state_dict().items())
-    return {n: t.detach().cpu().numpy() for n, t in items}
+    return {n: t.detach().cpu().to(wire_torch_dtype(t.dtype)).numpy() for n, t in items}
 
 
 def expected_layout(module: torch.nn.Module) -> Layout:
     """Every state tensor's shape and numpy dtype: what the module can accept."""
-    return {
-        n: (tuple(t.shape), np.dtype(str(t.dtype).removeprefix("torch.")))
-        for n, t in module.state_dict().items()
-    }
+    return {n: (tuple(t.shape), wire_dtype(t.dtype)) for n, t in module.state_dict().items()}
 
 
 def install(module: torch.nn.Module, update: WeightUpdate, *, zero_copy: bool = False) -> None:

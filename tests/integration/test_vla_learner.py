@@ -1,4 +1,4 @@
-"""A real VLA through the runtime: `robotrl learner` fine-tunes a tiny SmolVLA (RAPI or BC) while
+"""A real VLA through the runtime: `robotrl learner` fine-tunes a tiny SmolVLA or pi0.5 (RAPI or BC) while
 `robotrl actor` runs it, and the actor hot-swaps the learner's updates between episodes' inferences."""
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ from safetensors.numpy import load_file
 from robotrl.config.load import load_config
 from robotrl.learner.checkpoint import CHECKPOINT_POLICY, Checkpointer
 from robotrl.policy.lerobot import LerobotChunkPolicy
-from robotrl.policy.vla import init_smolvla
+from robotrl.policy.vla import MAKERS
 
 ENV = ["env.cameras=[front,wrist]", "env.image_size=32", "env.max_episode_ticks=60"]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("algorithm", ["rapi", "bc"])
-def test_learner_fine_tunes_a_tiny_smolvla_and_the_actor_swaps_in_only_its_trainable_tensors(
-    tmp_path, algorithm
+@pytest.mark.parametrize(("kind", "algorithm"), [("smolvla", "rapi"), ("smolvla", "bc"), ("pi05", "rapi")])
+def test_learner_fine_tunes_a_tiny_vla_and_the_actor_swaps_in_only_its_trainable_tensors(
+    tmp_path, kind, algorithm
 ):
     env = make_env(load_config(ENV).env)
-    vla = init_smolvla(tmp_path / "smolvla", "tiny", env.spec, horizon=32)
+    vla = MAKERS[kind](tmp_path / kind, "tiny", env.spec, horizon=32)
     env.close()
     initial = LerobotChunkPolicy.load(vla)
     trainable = initial.trainable_tensors()
@@ -49,7 +49,7 @@ def test_learner_fine_tunes_a_tiny_smolvla_and_the_actor_swaps_in_only_its_train
     final = Checkpointer(tmp_path / "learner").latest()
     assert final is not None, learner.output[-3000:]
     published = load_file(str(final / CHECKPOINT_POLICY))
-    # Only the action expert and what SmolVLA trains cross the wire: the frozen backbone never does.
+    # Only the action expert and what the VLA trains cross the wire: the frozen backbone never does.
     assert set(published) == set(trainable)
     assert sum(t.size for t in published.values()) < 0.6 * total
     moved = [name for name, t in published.items() if not np.array_equal(t, trainable[name])]

@@ -9,8 +9,10 @@ import numpy as np
 import torch
 from doubles import LinearChunkPolicy, TickPolicy
 
-from robotrl.actor.slots import PolicySlots
+from robotrl.actor.slots import PolicySlots, spare_of
 from robotrl.core.types import WeightUpdate
+from robotrl.policy.weights import load_parameters
+from robotrl.transport.hotswap import module_tensors
 
 
 class GatedLoadPolicy(TickPolicy):
@@ -96,3 +98,32 @@ def test_the_loader_thread_and_the_inference_thread_never_mix_versions():
     assert done.is_set()
     assert all(float(v) == b or v == 0 for v, b in seen)  # the active weights are always its version's
     assert [v for v, _ in seen] == sorted(v for v, _ in seen)
+
+
+class FrozenBackbonePolicy(torch.nn.Module):
+    """A VLA in miniature: a frozen backbone, a trainable head; updates ship the head only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = torch.nn.Linear(4, 4).requires_grad_(False)
+        self.head = torch.nn.Linear(4, 2)
+
+    def trainable_tensors(self) -> dict[str, np.ndarray]:
+        return module_tensors(self, trainable_only=True)
+
+    def load_weights(self, tensors, *, zero_copy=False) -> None:
+        load_parameters(self, tensors, zero_copy=zero_copy)
+
+
+def test_the_spare_shares_the_frozen_backbone_and_a_full_update_never_writes_it():
+    active = FrozenBackbonePolicy()
+    slots = PolicySlots(active, spare_of(active))
+    assert slots.active.backbone.weight is active.backbone.weight  # one backbone in memory
+    spare = slots._spare
+    assert spare.backbone.weight is active.backbone.weight and spare.head.weight is not active.head.weight
+    backbone = active.backbone.weight.detach().clone()
+    full = {name: np.full(t.shape, 7.0, np.float32) for name, t in module_tensors(active).items()}
+    assert slots.stage(WeightUpdate.build(1, full, subset="full"))
+    assert torch.equal(active.backbone.weight, backbone)  # the running policy's backbone untouched
+    assert torch.all(active.head.weight != 7.0) and torch.all(spare.head.weight == 7.0)
+    assert slots.swap_if_staged() and slots.active is spare

@@ -52,3 +52,15 @@ def test_zero_copy_keeps_tied_weights_tied():
     assert module[0].weight is module[1].weight
     assert torch.all(module[1].weight == 2.0)
     assert not np.shares_memory(module[0].weight.detach().numpy(), new)  # copied into, not replaced
+
+
+def test_a_bfloat16_module_ships_and_takes_float32_exactly():
+    module = torch.nn.Linear(4, 3).to(torch.bfloat16)
+    shipped = module_tensors(module)
+    assert shipped["weight"].dtype == np.float32 and expected_layout(module)["weight"][1] == np.float32
+    new = (np.arange(12, dtype=np.float32).reshape(3, 4) / 4).copy()  # exact in bfloat16
+    new.flags.writeable = False
+    install(module, WeightUpdate.build(1, {"weight": new}, "trainable"), zero_copy=True)
+    assert module.weight.dtype == torch.bfloat16 and torch.equal(module.weight.float(), torch.from_numpy(new))
+    with pytest.raises(WeightRefused):
+        install(module, WeightUpdate.build(2, {"weight": new.astype(np.float64)}, "trainable"))
