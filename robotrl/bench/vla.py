@@ -15,6 +15,8 @@ task with two 96x96 cameras and a 32-action chunk (`robotrl vla init`'s folder, 
   the first chunk computed with it (which includes waiting for the chunk then running);
 - learner updates/s at batch 8 (lerobot's ``forward``, backward, AdamW on the trainable
   parameters);
+- on a machine with CUDA, also chunk times, updates/s (bf16 autocast, pi0.5's gradient
+  checkpointing, as the learner trains there) and peak GPU memory (keys ``cuda_*``);
 - the time to make and to load the folder, and the process's peak RSS.
 
 There is no baseline in the same run to compare with: these are the VLA's own costs on this
@@ -72,6 +74,7 @@ def run(quick: bool = False, types: tuple[str, ...] = ("smolvla", "pi05")) -> di
                 f"{measured['first_chunk_ms_p50']:.0f} / {measured['first_chunk_ms_p99']:.0f}",
                 f"{measured['updates_per_s']:.2f}",
                 f"{measured['peak_rss_mb']:.0f}",
+                cuda_cell(measured),
             ]
         )
     report(
@@ -88,11 +91,21 @@ def run(quick: bool = False, types: tuple[str, ...] = ("smolvla", "pi05")) -> di
             "new chunk ms",
             "updates/s",
             "RSS MB",
+            "CUDA chunk ms, updates/s",
         ],
         rows,
         result,
     )
     return result
+
+
+def cuda_cell(measured: dict[str, Any]) -> str:
+    if "cuda_chunk_ms_p50" not in measured:
+        return "no CUDA"
+    return (
+        f"{measured['cuda_chunk_ms_p50']:.0f} / {measured['cuda_chunk_ms_p99']:.0f}, "
+        f"{measured['cuda_updates_per_s']:.2f}"
+    )
 
 
 def measure(kind: str, size: str, chunks: int, swaps: int, updates: int) -> dict[str, Any]:
@@ -118,19 +131,14 @@ def measure(kind: str, size: str, chunks: int, swaps: int, updates: int) -> dict
         update_bytes = sum(t.nbytes for t in trainable.values())
         model_bytes = sum(p.numel() * p.element_size() for p in params)
         observation = _observation(spec)
-        prefix = np.zeros((PREFIX, active.action_dim), np.float32)
-        active.infer(observation, prefix, PREFIX)  # warm-up
-        chunk_ms = []
-        for _ in range(chunks):
-            t = time.perf_counter()
-            active.infer(observation, prefix, PREFIX)
-            chunk_ms.append((time.perf_counter() - t) * 1e3)
+        chunk_ms = chunk_times(active, observation, chunks)
         installed_ms, first_chunk_ms = hot_swaps(active, trainable, observation, swaps, Path(tmp))
         total = sum(p.numel() for p in params)
         del active, params
         gc.collect()
         # a fresh copy: the slots' weights may be the updates' own read-only arrays (zero copy)
-        updates_per_s = learner_updates(LerobotChunkPolicy.load(folder), spec, updates)
+        updates_per_s = learner_updates(LerobotChunkPolicy.load(folder), spec, updates, torch.device("cpu"))
+        on_cuda = cuda_figures(folder, spec, chunks, updates) if torch.cuda.is_available() else {}
     return {
         "params": total,
         "trainable": sum(t.size for t in trainable.values()),
@@ -147,7 +155,46 @@ def measure(kind: str, size: str, chunks: int, swaps: int, updates: int) -> dict
         "make_s": round(make_s, 1),
         "load_s": round(load_s, 1),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        **on_cuda,
     }
+
+
+def chunk_times(policy: Any, observation: Any, chunks: int) -> list[float]:
+    """Milliseconds of each of ``chunks`` inferences with a :data:`PREFIX`-row prefix (after one
+    warm-up), through RTC; the prefix must come back exact."""
+    prefix = np.zeros((PREFIX, policy.action_dim), np.float32)
+    policy.infer(observation, prefix, PREFIX)  # warm-up
+    times = []
+    for _ in range(chunks):
+        start = time.perf_counter()
+        chunk = policy.infer(observation, prefix, PREFIX)  # returns on the host: synchronised
+        times.append((time.perf_counter() - start) * 1e3)
+        if not np.array_equal(chunk[:PREFIX], prefix):
+            raise AssertionError("the committed prefix came back changed")
+    return times
+
+
+def cuda_figures(folder: Path, spec: Any, chunks: int, updates: int) -> dict[str, Any]:
+    """Chunk times, learner updates/s (bf16 autocast; pi0.5 with gradient checkpointing) and peak
+    GPU memory on the first CUDA device, for the folder's VLA."""
+    from robotrl.policy.lerobot import LerobotChunkPolicy
+
+    device = torch.device("cuda")
+    policy = LerobotChunkPolicy.load(folder, spec, device="cuda")
+    chunk_ms = chunk_times(policy, _observation(spec), max(chunks, 10))
+    torch.cuda.reset_peak_memory_stats()
+    updates_per_s = learner_updates(policy, spec, max(updates, 5), device)
+    out = {
+        "cuda_device": torch.cuda.get_device_name(device),
+        "cuda_chunk_ms_p50": percentile(chunk_ms, 50),
+        "cuda_chunk_ms_p99": percentile(chunk_ms, 99),
+        "cuda_updates_per_s": updates_per_s,
+        "cuda_peak_training_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
+    }
+    del policy
+    gc.collect()
+    torch.cuda.empty_cache()
+    return out
 
 
 def _observation(spec: Any) -> Any:
@@ -217,9 +264,11 @@ def hot_swaps(
     )
 
 
-def learner_updates(policy: Any, spec: Any, updates: int) -> float:
-    """Updates per second at batch :data:`BATCH` on the trainable parameters (one warm-up first)."""
+def learner_updates(policy: Any, spec: Any, updates: int, device: torch.device) -> float:
+    """Updates per second at batch :data:`BATCH` on the trainable parameters (one warm-up first),
+    on ``device`` as the learner trains (its processors moved there; bf16 autocast on CUDA)."""
     from robotrl.core import keys
+    from robotrl.learner.torch_utils import autocast
 
     g = torch.Generator().manual_seed(2)
     a = len(spec.action_names)
@@ -234,18 +283,25 @@ def learner_updates(policy: Any, spec: Any, updates: int) -> float:
         batch[keys.IMAGE_PREFIX + cam] = torch.randint(
             0, 256, (BATCH, *shape), generator=g, dtype=torch.uint8
         )
+    batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    policy.prepare_training(device)
     trained = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=1e-4)
     policy.train()
 
     def step() -> None:
-        loss = policy.per_sample_loss(batch).mean()
+        with autocast(device):
+            loss = policy.per_sample_loss(batch).float().mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
 
     step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     start = time.perf_counter()
     for _ in range(updates):
         step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     return updates / (time.perf_counter() - start)

@@ -2,10 +2,10 @@
 
 No hub is reachable here, so the folder holds everything lerobot would fetch: the policy's
 ``save_pretrained`` files and processors, and, in ``vlm/``, a tokenizer made locally with the
-``tokenizers`` library (word-level, with the special tokens the processors read by name) and,
-for SmolVLA, a SmolVLM-style backbone config. SmolVLA's backbone is built from that config
-(``load_vlm_weights=False``); pi0.5 builds its PaliGemma and Gemma expert from code. Every
-tensor is random: the architecture is the true one, the knowledge is not.
+``tokenizers`` library (word-level, with the special tokens the processors read by name) and
+the backbone's config: SmolVLM-style for SmolVLA, which builds its backbone from it
+(``load_vlm_weights=False``), PaliGemma for pi0.5, which builds its PaliGemma and Gemma expert
+from code. Every tensor is random: the architecture is the true one, the knowledge is not.
 
 ``tiny`` trains on 2 CPU cores; ``full`` has the published shapes: SmolVLA's
 SmolVLM2-500M-sized backbone cut to 16 layers (about 450M parameters), and pi0.5 with
@@ -347,6 +347,8 @@ def init_pi05(out: Path, size: str, spec: EnvSpec, horizon: int, seed: int = 0) 
     torch.manual_seed(seed)
     with building({TABLES_KEY: tables}):
         policy = PI05Policy(config)
+    # the PaliGemma's config beside its tokenizer, as the hub's snapshot of the tokenizer id has it
+    policy.model.paligemma_with_expert.paligemma.config.save_pretrained(tokenizer_dir)
     with _tokenizer_at(PI05_TOKENIZER, tokenizer_dir):
         pre, post = make_pre_post_processors(config, dataset_stats=dataset_stats(spec))
     for step in pre.steps:
