@@ -40,5 +40,11 @@ class PolicyConfig:
     for the same observation). Training is unaffected."""
     path: str | None = None
     """Local directory of pretrained weights (robotrl checkpoint or lerobot policy); None for fresh."""
+    lora_rank: int = field(default=0, metadata=bounds(ge=0))
+    """A lerobot VLA (``kind=lerobot``) only: 0 trains what the folder's config trains (SmolVLA's
+    and pi0.5's action expert); r > 0 trains LoRA adapters of rank r (peft) instead, on the VLM's
+    and the expert's attention query/value projections and the action projections, every base
+    weight frozen. The actor and the learner must agree on it; a saved folder holds the merged
+    weights."""
     device: str = field(default="auto", metadata=DEVICE)
     """'auto' (CUDA when present), 'cpu' or 'cuda'."""

@@ -32,6 +32,7 @@ lists what is tested.
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import shutil
 from collections.abc import Iterator, Mapping
@@ -64,6 +65,12 @@ ARCHITECTURE = "robotrl.lerobot"
 UNUSED_TRAINABLE = ("paligemma_with_expert.gemma_expert.lm_head.",)
 """Parameters lerobot leaves trainable that no loss reaches (pi0.5's expert emits hidden states,
 never logits): frozen on load, so no update ships them."""
+VLM_ATTENTION = {
+    "smolvla": r"model\.vlm_with_expert\.vlm\..*text_model\..*\.(q|v)_proj",
+    "pi05": r".*\.paligemma\.model\.language_model\..*\.self_attn\.(q|v)_proj",
+}
+"""The VLM's attention query/value projections, by lerobot policy type: where ``policy.lora_rank``
+adds LoRA adapters besides lerobot's own PEFT targets (the expert's and the action projections)."""
 STAT_KINDS = ("mean", "std", "min", "max", "q01", "q99")
 """The statistics lerobot's normaliser modes read (mean/std, range, quantiles)."""
 BLEND_TICKS = 8
@@ -132,7 +139,7 @@ class LerobotChunkPolicy(nn.Module):
         self._normalizer = next(
             (s for s in preprocessor.steps if type(s).__name__ == "NormalizerProcessorStep"), None
         )
-        forward_params = inspect.signature(policy.forward).parameters
+        forward_params = inspect.signature(lerobot_policy(policy).forward).parameters
         self._forward_reduces = "reduction" in forward_params
 
     # ------------------------------------------------------------------ loading
@@ -176,6 +183,8 @@ class LerobotChunkPolicy(nn.Module):
         enable_rtc(policy_cls, config)
         with building(meta):
             policy = policy_cls.from_pretrained(src, config=config)
+        if cfg is not None and cfg.lora_rank:
+            policy = with_lora(policy, cfg.lora_rank, src)
         pre, post = make_pre_post_processors(
             config, pretrained_path=str(src), preprocessor_overrides=overrides
         )
@@ -189,7 +198,7 @@ class LerobotChunkPolicy(nn.Module):
         a backbone loaded from a local folder is copied in as ``vlm/``, so the folder moves whole."""
         out = Path(path)
         with self._backbone_named(VLM_FOLDER) as backbone:
-            self.policy.save_pretrained(out)
+            merged(self.policy).save_pretrained(out)
             self.preprocessor.save_pretrained(out)
             self.postprocessor.save_pretrained(out)
         if backbone is not None and backbone != (out / VLM_FOLDER).resolve():
@@ -273,7 +282,7 @@ class LerobotChunkPolicy(nn.Module):
     @property
     def uses_rtc(self) -> bool:
         """True when the policy takes the prefix through lerobot's RTC guidance (else: blending)."""
-        supports = getattr(self.policy, "supports_rtc", None)
+        supports = getattr(lerobot_policy(self.policy), "supports_rtc", None)
         rtc = getattr(self.config, "rtc_config", None)
         return bool(callable(supports) and supports() and rtc is not None and rtc.enabled)
 
@@ -420,7 +429,8 @@ class LerobotChunkPolicy(nn.Module):
                 step.__post_init__()
         for step in self._normalization_steps():
             step.to(device=device)
-        enable = getattr(getattr(self.policy, "model", None), "gradient_checkpointing_enable", None)
+        model = getattr(lerobot_policy(self.policy), "model", None)
+        enable = getattr(model, "gradient_checkpointing_enable", None)
         if device.type == "cuda" and callable(enable):
             enable()
             self.config.gradient_checkpointing = True
@@ -439,6 +449,37 @@ class LerobotChunkPolicy(nn.Module):
     ) -> None:
         """Load ``tensors`` into the lerobot policy; everything is checked before anything changes."""
         load_parameters(self.policy, tensors, zero_copy=zero_copy, owner=f"this {self.config.type} policy")
+
+
+def with_lora(policy: Any, rank: int, src: Path) -> Any:
+    """``policy`` wrapped by lerobot's ``wrap_with_peft`` with LoRA adapters of ``rank`` on its own
+    default targets and on the VLM's attention (:data:`VLM_ATTENTION`); every base weight frozen."""
+    from peft import LoraConfig
+
+    vlm = VLM_ATTENTION.get(policy.config.type)
+    if vlm is None:
+        raise CheckpointError(
+            f"policy.lora_rank={rank}: LoRA is set up for {sorted(VLM_ATTENTION)}, not {policy.config.type!r}"
+        )
+    own = policy._get_default_peft_targets()["target_modules"]
+    policy.config.pretrained_path = src  # lerobot refuses PEFT on a policy with no pretrained origin
+    return policy.wrap_with_peft(LoraConfig(r=rank, target_modules=f"({own}|{vlm})"))
+
+
+def lerobot_policy(policy: Any) -> Any:
+    """The lerobot policy itself, under a PEFT wrapper if there is one."""
+    base = getattr(policy, "get_base_model", None)
+    return base() if callable(base) else policy
+
+
+def merged(policy: Any) -> Any:
+    """What a folder saves: the lerobot policy, with LoRA adapters merged into a copy's weights
+    (a plain lerobot folder, loadable with or without ``policy.lora_rank``)."""
+    if not callable(getattr(policy, "merge_and_unload", None)):
+        return policy
+    plain = copy.deepcopy(policy).merge_and_unload()
+    plain.config.use_peft = False
+    return plain
 
 
 def blend_into_prefix(chunk: FloatArray, prefix: FloatArray, ticks: int = BLEND_TICKS) -> None:

@@ -101,6 +101,26 @@ def test_a_vla_update_trains_and_ships_only_the_action_expert(vla_dir):
     assert len(changed) > len(trainable) // 2  # the loss reaches most of what is shipped
 
 
+def test_lora_trains_adapters_on_the_vlm_and_the_folder_saves_them_merged(vla_dir, tmp_path):
+    lora = PolicyConfig(kind=PolicyKind.lerobot, path=str(vla_dir), horizon=H, lora_rank=4)
+    policy = LerobotChunkPolicy.load(vla_dir, spec(), lora)
+    trainable = policy.trainable_tensors()
+    assert trainable and all(".lora_" in name for name in trainable)  # every base weight frozen
+    vlm = ("vlm_with_expert.vlm.", "paligemma.model.language_model.")
+    assert any(part in name for name in trainable for part in vlm)  # adapters on the VLM itself
+    optimizer = torch.optim.SGD([p for p in policy.policy.parameters() if p.requires_grad], lr=0.5)
+    policy.train()
+    policy.per_sample_loss(training_batch(policy)).mean().backward()
+    optimizer.step()
+    policy.eval()
+    adapted = chunk(policy, None, 0)
+    assert not np.allclose(adapted, chunk(load(vla_dir), None, 0))  # the adapters moved the policy
+    policy.save(tmp_path / "merged")
+    np.testing.assert_allclose(chunk(load(tmp_path / "merged"), None, 0), adapted, atol=1e-3)
+    again = LerobotChunkPolicy.load(tmp_path / "merged", spec(), lora)  # fresh adapters on the merge
+    assert set(again.trainable_tensors()) == set(trainable)
+
+
 def training_batch(policy: LerobotChunkPolicy, b: int = 2) -> dict[str, object]:
     rng = torch.Generator().manual_seed(0)
     batch: dict[str, object] = {

@@ -21,19 +21,23 @@ ENV = ["env.cameras=[front,wrist]", "env.image_size=32", "env.max_episode_ticks=
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize(("kind", "algorithm"), [("smolvla", "rapi"), ("smolvla", "bc"), ("pi05", "rapi")])
+@pytest.mark.parametrize(
+    ("kind", "algorithm", "lora"), [("smolvla", "rapi", 0), ("smolvla", "bc", 4), ("pi05", "rapi", 0)]
+)
 def test_learner_fine_tunes_a_tiny_vla_and_the_actor_swaps_in_only_its_trainable_tensors(
-    tmp_path, kind, algorithm
+    tmp_path, kind, algorithm, lora
 ):
     env = make_env(load_config(ENV).env)
     vla = MAKERS[kind](tmp_path / kind, "tiny", env.spec, horizon=32)
     env.close()
-    initial = LerobotChunkPolicy.load(vla)
+    cfg = load_config(["policy=lerobot", f"policy.path={vla}", f"policy.lora_rank={lora}", *ENV])
+    initial = LerobotChunkPolicy.load(vla, env.spec, cfg.policy)
     trainable = initial.trainable_tensors()
     total = sum(p.numel() for p in initial.policy.parameters())
     shared = [
         "policy=lerobot",
         f"policy.path={vla}",
+        f"policy.lora_rank={lora}",
         *ENV,
         f"transport.transitions_endpoint=ipc://{tmp_path}/t.sock",
         f"transport.weights_endpoint=ipc://{tmp_path}/w.sock",
