@@ -196,6 +196,12 @@ class Pretrainer:
         state_dir = self.run_dir / STATE_DIR
         if not (state_dir / TRAINER_FILE).is_file():
             return False
+        if self.cfg.policy.lora_rank:
+            raise CheckpointError(
+                f"run_dir={self.run_dir}: a LoRA pretraining does not resume (its saved policy holds "
+                "the adapters merged): continue from it with policy.path in a new run_dir, or set "
+                "pretrain.resume=false"
+            )
         saved = load_policy(self.run_dir / "policy", self.device)
         if describe(saved) != describe(self.policy):
             raise CheckpointError(

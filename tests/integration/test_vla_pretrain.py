@@ -74,3 +74,17 @@ def test_a_tiny_smolvla_pretrains_on_recorded_videos_and_the_moved_result_evalua
     ]
     assert main(evaluation) == 0
     assert json.loads((tmp_path / "eval" / "eval_summary.json").read_text())["episodes"] == 1
+
+    # LoRA on the pretrained policy: a plain folder comes out (adapters merged), and a second run
+    # in the same run_dir is refused rather than resumed from merged weights.
+    lora = [a for a in args if not a.startswith(("policy.path=", "run_dir=", "pretrain.steps="))]
+    lora += [
+        f"policy.path={moved}",
+        f"run_dir={tmp_path / 'lora'}",
+        "policy.lora_rank=4",
+        "pretrain.steps=20",
+    ]
+    assert main(lora) == 0
+    merged = LerobotChunkPolicy.load(tmp_path / "lora" / "policy")
+    assert not any(".lora_" in name for name in merged.trainable_tensors())
+    assert main([*lora, "pretrain.steps=40"]) == 2
