@@ -104,6 +104,13 @@ class ExperimentConfig:
     output.log, progress lines in the demo's), then their evaluations as many at once: the learner
     and the actor of one run wait on each other in virtual time, so two runs share two cores with
     little loss, and an evaluation is one single-threaded process."""
+    vla: str | None = field(default=None, metadata=bounds(choices=("smolvla", "pi05")))
+    """A real VLA in place of the built-in policy: the demo makes lerobot's ``smolvla`` or ``pi05``
+    offline (``robotrl vla init``, random weights, size ``vla_size``) in the source condition and
+    pretrains it on the demonstrations (needs ``policy.kind=lerobot`` and cameras). None: the
+    ``policy`` group's built-in policy."""
+    vla_size: str = field(default="tiny", metadata=bounds(choices=("tiny", "full")))
+    """Size of ``vla``: tiny trains on 2 CPU cores; full has the published shapes (a GPU's)."""
     rerun_episodes: int = field(default=2, metadata=bounds(ge=0))
     """Episodes of the fine-tuned policy recorded to demo.rrd (0: none)."""
     eval_noise_scale: float | None = field(
@@ -197,6 +204,20 @@ def demo_seed_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
 def target_scene(cfg: RobotRLConfig) -> SceneConfig:
     """The deployment (target) condition: ``env.scene`` changed by ``experiment.shift``."""
     return replace(cfg.env.scene, **(cfg.experiment.shift or {}))
+
+
+def vla_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
+    """A demo of a VLA runs it through the lerobot adapter, from cameras."""
+    from robotrl.config.policy import PolicyKind
+
+    if cfg.experiment.vla is None:
+        return []
+    wrong = []
+    if cfg.policy.kind is not PolicyKind.lerobot:
+        wrong.append(("policy.kind", f"experiment.vla={cfg.experiment.vla} runs through policy=lerobot"))
+    if not cfg.env.cameras:
+        wrong.append(("env.cameras", f"experiment.vla={cfg.experiment.vla} reads images: name cameras"))
+    return wrong
 
 
 def shift_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:

@@ -122,7 +122,7 @@ def policy_settings(cfg: RobotRLConfig) -> Problems:
         out.append(("policy.max_delay", f"must be in [0, horizon={p.horizon}), got {p.max_delay}"))
     if p.noise_scale != 1 and p.kind is not PolicyKind.flow:
         out.append(("policy.noise_scale", "applies to the built-in flow policy (policy.kind=flow) only"))
-    if p.kind is PolicyKind.lerobot and not p.path:
+    if p.kind is PolicyKind.lerobot and not p.path and cfg.experiment.vla is None:  # the demo makes one
         out.append(("policy.path", "a lerobot policy needs a local directory (no hub downloads)"))
     eval_noise = cfg.experiment.eval_noise_scale
     if eval_noise is not None and p.kind is not PolicyKind.flow:

@@ -1,7 +1,8 @@
 """`robotrl experiment experiment=demo`: the sim fine-tuning demo that `make demo` runs.
 
 1. record scripted demonstrations of the task in the source condition (``robotrl record``),
-2. pretrain the policy by behaviour cloning (``robotrl pretrain``), keeping candidate budgets,
+2. pretrain the policy by behaviour cloning (``robotrl pretrain``), keeping candidate budgets
+   (with ``experiment.vla``, a real VLA made offline first by ``robotrl vla init``),
 3. choose the best offline policy among them by success on validation seeds in the target
    condition (``experiment.shift``) and evaluate it on the fixed evaluation seeds
    (``robotrl eval``; :mod:`robotrl.experiment.baselines`),
@@ -40,6 +41,7 @@ from robotrl.config.experiment import (
     demo_seed_problems,
     shift_problems,
     target_scene,
+    vla_problems,
 )
 from robotrl.config.load import problems_error
 from robotrl.config.policy import PolicyKind
@@ -91,15 +93,21 @@ class Demo:
         """The deployment (target) condition: ``env.scene`` changed by ``experiment.shift``."""
         candidates = self.ex.pretrain_steps // self.ex.select_every if self.ex.select_every else 0
         control = 2 if self.ex.offline_control else 0  # train, evaluate
-        # record, pretrain, validations, eval, control, (launch + eval) per algorithm and run, rerun
+        # record, (make the VLA), pretrain, validations, eval, control, (launch + eval) per run, rerun
         runs = len(self.ex.algorithms) * self.ex.repeats
-        self.steps = Steps(3 + candidates * (candidates > 1) + control + 2 * runs + 1, console)
+        made = 1 if self.ex.vla else 0
+        self.steps = Steps(3 + made + candidates * (candidates > 1) + control + 2 * runs + 1, console)
 
     # -- paths -------------------------------------------------------------------------
 
     @property
     def demos(self) -> Path:
         return self.out / "demos"
+
+    @property
+    def vla_dir(self) -> Path:
+        """The VLA folder ``experiment.vla`` pretraining starts from."""
+        return self.out / "vla"
 
     @property
     def pretrained(self) -> Path:
@@ -167,12 +175,33 @@ class Demo:
         argv = robotrl("record", *config_overrides(cfg, ["env", "policy", "record"]), f"seed={self.cfg.seed}")
         self.steps.run(f"record {self.ex.demos} expert demonstrations of {self.cfg.env.id}", self.demos, argv)
 
+    def make_vla(self) -> None:
+        """``experiment.vla`` made offline for the source condition (random weights)."""
+        ex = self.ex
+        cfg = self._source(policy__path=None)
+        argv = robotrl(
+            "vla",
+            "init",
+            f"--type={ex.vla}",
+            f"--size={ex.vla_size}",
+            f"--out={self.vla_dir}",
+            f"--seed={self.cfg.seed}",
+            *config_overrides(cfg, ["env", "policy"]),
+        )
+        if not is_cached(self.vla_dir, key_of(argv, [])):
+            shutil.rmtree(self.vla_dir, ignore_errors=True)  # `vla init` writes only into a new folder
+        self.steps.run(f"make a {ex.vla_size} {ex.vla} offline (random weights)", self.vla_dir, argv)
+
+    @property
+    def _pretrain_inputs(self) -> list[Path]:
+        return [self.demos, self.vla_dir] if self.ex.vla else [self.demos]
+
     def pretrain(self, seed_offset: int = 0) -> Path:
         """Pretrain on the demonstrations with seed ``seed + seed_offset``; returns the policy
         (:attr:`pretrained` for offset 0, else a folder of its own)."""
         ex = self.ex
         cfg = self._source(
-            policy__path=None,
+            policy__path=str(self.vla_dir) if ex.vla else None,
             pretrain__steps=ex.pretrain_steps,
             pretrain__keep_every=ex.select_every,
         )
@@ -185,12 +214,12 @@ class Demo:
             f"run_dir={run_dir}",
             f"seed={seed}",
         )
-        size, steps = cfg.policy.size.value, self.ex.pretrain_steps
-        title = f"pretrain the {size} policy ({steps} steps of behaviour cloning"
+        size = f"{ex.vla_size} {ex.vla}" if ex.vla else f"{cfg.policy.size.value} policy"
+        title = f"pretrain the {size} ({ex.pretrain_steps} steps of behaviour cloning"
         title += f", seed {seed})" if seed_offset else ")"
-        if not may_continue(run_dir, argv, [self.demos], growing="pretrain.steps="):
+        if not may_continue(run_dir, argv, self._pretrain_inputs, growing="pretrain.steps="):
             shutil.rmtree(run_dir)  # new demonstrations or settings: resuming would keep the old training
-        self.steps.run(title, run_dir, argv, inputs=[self.demos])
+        self.steps.run(title, run_dir, argv, inputs=self._pretrain_inputs)
         return run_dir / "policy"
 
     def evaluate(self, name: str, policy: Path, label: str, made_by: Path) -> EvalSummary:
@@ -386,6 +415,8 @@ class Demo:
         self.out.mkdir(parents=True, exist_ok=True)
         self._intro()
         self.record()
+        if self.ex.vla:
+            self.make_vla()
         self.pretrain()
         self.best = choose_best_offline(self)
         label = f"the best offline policy ({self.best.steps} pretraining steps)"
@@ -491,7 +522,7 @@ def export_policy(pretrained: Path, run_dir: Path, target: Path) -> None:
 
 
 def run_demo(cfg: RobotRLConfig) -> int:
-    wrong = demo_seed_problems(cfg) + shift_problems(cfg)
+    wrong = demo_seed_problems(cfg) + shift_problems(cfg) + vla_problems(cfg)
     if wrong:
         raise problems_error(wrong)
     return Demo(cfg, Console()).run()

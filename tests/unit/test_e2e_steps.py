@@ -386,3 +386,28 @@ def test_a_sweep_cell_counts_as_done_only_with_every_episode(tmp_path: Path):
     assert not ran_every_episode(tmp_path, 10)  # stopped early by Ctrl-C
     (tmp_path / "eval_summary.json").write_text(json.dumps({"episodes": 10}))
     assert ran_every_episode(tmp_path, 10)
+
+
+def test_the_vla_demo_makes_its_vla_offline_and_pretrains_from_that_folder(tmp_path: Path, monkeypatch):
+    cfg = load_config(["experiment=vla_demo", f"experiment.output_dir={tmp_path}"])
+    demo = Demo(cfg, Console(file=io.StringIO()))
+    ran: list[list[str]] = []
+    monkeypatch.setattr(demo.steps, "run", lambda title, out, argv, inputs=(): ran.append(list(argv)))
+    demo.make_vla()
+    demo.pretrain()
+    made, pretrain = ran
+    assert (
+        made[3:7] == ["vla", "init", "--type=smolvla", "--size=tiny"] and f"--out={tmp_path / 'vla'}" in made
+    )
+    assert "env.cameras=['front','wrist']" in made and "env.privileged_state=false" in made
+    pretrained = load_config(pretrain[4:])
+    assert pretrained.policy.path == str(tmp_path / "vla") and pretrained.policy.kind.value == "lerobot"
+    assert not pretrained.env.privileged_state and pretrained.env.cameras == ["front", "wrist"]
+
+
+def test_a_vla_demo_needs_the_lerobot_adapter_and_cameras(tmp_path: Path, capsys):
+    flow = load_config(["experiment=demo", "experiment.vla=smolvla", "env.cameras=[]"])
+    flow.experiment.output_dir = str(tmp_path)
+    assert experiment_main(flow) == 2 and not list(tmp_path.iterdir())  # refused before any step ran
+    err = capsys.readouterr().err
+    assert "policy.kind" in err and "env.cameras" in err
