@@ -1,7 +1,8 @@
 """`robotrl bench vla`: lerobot's SmolVLA and pi0.5, tiny and full, made offline and run as robotrl runs them.
 
-Each size runs in its own spawned process (so its peak RSS is its own), for the pick-and-place
-task with two 96x96 cameras and a 32-action chunk (`robotrl vla init`'s folder, random weights):
+Each VLA and size is measured for the pick-and-place task with two 96x96 cameras and a 32-action
+chunk (`robotrl vla init`'s folder, random weights), its actor's side and its learner's side each
+in a spawned process of its own, as in a run (so each peak RSS is its own):
 
 - parameters, total and trainable (both VLAs freeze their VLM and train the action expert), and
   the bytes one weight update ships (the trainable tensors, float32) against the whole model's
@@ -14,22 +15,25 @@ task with two 96x96 cameras and a 32-action chunk (`robotrl vla init`'s folder, 
   actor's worker does. Timed from ``publish`` to the update staged (installed) and to the end of
   the first chunk computed with it (which includes waiting for the chunk then running);
 - learner updates/s at batch 8 (lerobot's ``forward``, backward, AdamW on the trainable
-  parameters);
-- on a machine with CUDA, also chunk times, updates/s (bf16 autocast, pi0.5's gradient
-  checkpointing, as the learner trains there) and peak GPU memory (keys ``cuda_*``);
-- the time to make and to load the folder, and the process's peak RSS.
+  parameters, pi0.5 with lerobot's gradient checkpointing); a learner that dies (out of
+  memory) is reported, not waited for;
+- on a machine with CUDA, also chunk times, updates/s (bf16 autocast, as the learner trains
+  there) and peak GPU memory (keys ``cuda_*``);
+- the time to make and to load the folder, and each side's peak RSS.
 
 There is no baseline in the same run to compare with: these are the VLA's own costs on this
-machine. The spare slot shares the active one's frozen parameters, as the actor's do; the
-learner's copy is loaded after both slots are freed, as it lives in another process in a run.
+machine. The spare slot shares the active one's frozen parameters, as the actor's do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
+import json
 import multiprocessing as mp
 import resource
+import signal
 import tempfile
 import threading
 import time
@@ -56,12 +60,10 @@ def run(quick: bool = False, types: tuple[str, ...] = ("smolvla", "pi05")) -> di
         "tiny": (30, 10, 20) if quick else (100, 30, 100),
         "full": (3, 2, 1) if quick else (10, 5, 3),
     }
-    ctx = mp.get_context("spawn")
     result: dict[str, Any] = {"bench": "vla", "horizon": HORIZON, "batch": BATCH}
     rows = []
     for kind, (size, (chunks, swaps, updates)) in itertools.product(types, counts.items()):
-        with ctx.Pool(1) as pool:
-            measured: dict[str, Any] = pool.apply(measure, (kind, size, chunks, swaps, updates))
+        measured = measure(kind, size, chunks, swaps, updates)
         result.update({f"{kind}_{size}_{key}": value for key, value in measured.items()})
         rows.append(
             [
@@ -72,8 +74,8 @@ def run(quick: bool = False, types: tuple[str, ...] = ("smolvla", "pi05")) -> di
                 f"{measured['chunk_ms_p50']:.0f} / {measured['chunk_ms_p99']:.0f}",
                 f"{measured['installed_ms_p50']:.0f} / {measured['installed_ms_p99']:.0f}",
                 f"{measured['first_chunk_ms_p50']:.0f} / {measured['first_chunk_ms_p99']:.0f}",
-                f"{measured['updates_per_s']:.2f}",
-                f"{measured['peak_rss_mb']:.0f}",
+                learner_cell(measured),
+                f"{measured['actor_peak_rss_mb']:.0f} / {measured.get('learner_peak_rss_mb', 0):.0f}",
                 cuda_cell(measured),
             ]
         )
@@ -90,7 +92,7 @@ def run(quick: bool = False, types: tuple[str, ...] = ("smolvla", "pi05")) -> di
             "installed ms",
             "new chunk ms",
             "updates/s",
-            "RSS MB",
+            "RSS MB actor / learner",
             "CUDA chunk ms, updates/s",
         ],
         rows,
@@ -108,39 +110,94 @@ def cuda_cell(measured: dict[str, Any]) -> str:
     )
 
 
+def learner_cell(measured: dict[str, Any]) -> str:
+    if measured.get("updates_per_s") is None:
+        return f"failed: {measured.get('learner_error', '?')}"
+    return f"{measured['updates_per_s']:.3g}"
+
+
 def measure(kind: str, size: str, chunks: int, swaps: int, updates: int) -> dict[str, Any]:
-    """Every figure of one VLA at one size (module doc), in this (spawned) process."""
+    """Every figure of one VLA at one size (module doc): the actor's side and the learner's each
+    in a spawned process of its own, as in a run, so each peak RSS is its own. A learner that
+    dies (out of memory, say) is reported as such; the actor's figures stand."""
+    with tempfile.TemporaryDirectory() as tmp:
+        actor = in_child(actor_side, kind, size, chunks, swaps, tmp)
+        try:
+            learner = in_child(learner_side, str(Path(tmp) / size), updates)
+        except MeasurerDiedError as exc:
+            learner = {"updates_per_s": None, "learner_error": str(exc)}
+    return {**actor, **learner}
+
+
+class MeasurerDiedError(RuntimeError):
+    """A measuring process that ended without its figures."""
+
+
+def in_child(fn: Any, *args: Any) -> dict[str, Any]:
+    """``fn(*args)`` in a spawned process, its figures back as JSON; :class:`MeasurerDiedError` naming how
+    it ended when it gives none (the kernel's OOM killer leaves no traceback)."""
+    ctx = mp.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=_child_main, args=(send, fn, args), daemon=True)
+    process.start()
+    send.close()
+    data: bytes | None = None
+    while process.is_alive() or receive.poll(0):
+        if receive.poll(1.0):
+            with contextlib.suppress(EOFError):  # the pipe closed by a death, with nothing sent
+                data = receive.recv_bytes()
+            break
+    process.join()
+    if data is None:
+        killed = " (SIGKILL: out of memory?)" if process.exitcode == -signal.SIGKILL else ""
+        raise MeasurerDiedError(f"{fn.__name__} exited with code {process.exitcode}{killed}")
+    answer = json.loads(data)
+    if "error" in answer:
+        raise MeasurerDiedError(f"{fn.__name__} failed: {answer['error']}")
+    figures: dict[str, Any] = answer["figures"]
+    return figures
+
+
+def _child_main(send: Any, fn: Any, args: tuple[Any, ...]) -> None:
+    try:
+        answer = {"figures": fn(*args)}
+    except Exception as exc:
+        answer = {"error": f"{type(exc).__name__}: {exc}"}
+    send.send_bytes(json.dumps(answer).encode())
+
+
+def _spec() -> Any:
     from robotrl.config.load import load_config
-    from robotrl.policy.lerobot import LerobotChunkPolicy
-    from robotrl.policy.vla import MAKERS
     from robotrl.sim import make_env
 
-    torch.set_num_threads(1)
     env = make_env(load_config(["env=so101_pick_place", f"env.cameras=[{','.join(CAMERAS)}]"]).env)
     spec = env.spec
     env.close()
-    with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        folder = MAKERS[kind](Path(tmp) / size, size, spec, HORIZON)
-        make_s = time.perf_counter() - start
-        start = time.perf_counter()
-        active = LerobotChunkPolicy.load(folder)
-        load_s = time.perf_counter() - start
-        params = list(active.policy.parameters())
-        trainable = active.trainable_tensors()
-        update_bytes = sum(t.nbytes for t in trainable.values())
-        model_bytes = sum(p.numel() * p.element_size() for p in params)
-        observation = _observation(spec)
-        chunk_ms = chunk_times(active, observation, chunks)
-        installed_ms, first_chunk_ms = hot_swaps(active, trainable, observation, swaps, Path(tmp))
-        total = sum(p.numel() for p in params)
-        del active, params
-        gc.collect()
-        # a fresh copy: the slots' weights may be the updates' own read-only arrays (zero copy)
-        updates_per_s = learner_updates(LerobotChunkPolicy.load(folder), spec, updates, torch.device("cpu"))
-        on_cuda = cuda_figures(folder, spec, chunks, updates) if torch.cuda.is_available() else {}
+    return spec
+
+
+def actor_side(kind: str, size: str, chunks: int, swaps: int, tmp: str) -> dict[str, Any]:
+    """Make the folder ``tmp/size``, then the actor's figures: chunks and hot swaps."""
+    from robotrl.policy.lerobot import LerobotChunkPolicy
+    from robotrl.policy.vla import MAKERS
+
+    torch.set_num_threads(1)
+    spec = _spec()
+    start = time.perf_counter()
+    folder = MAKERS[kind](Path(tmp) / size, size, spec, HORIZON)
+    make_s = time.perf_counter() - start
+    start = time.perf_counter()
+    active = LerobotChunkPolicy.load(folder)
+    load_s = time.perf_counter() - start
+    params = list(active.policy.parameters())
+    trainable = active.trainable_tensors()
+    update_bytes = sum(t.nbytes for t in trainable.values())
+    model_bytes = sum(p.numel() * p.element_size() for p in params)
+    observation = _observation(spec)
+    chunk_ms = chunk_times(active, observation, chunks)
+    installed_ms, first_chunk_ms = hot_swaps(active, trainable, observation, swaps, Path(tmp))
     return {
-        "params": total,
+        "params": sum(p.numel() for p in params),
         "trainable": sum(t.size for t in trainable.values()),
         "update_mb": update_bytes / 1e6,
         "update_share": round(update_bytes / model_bytes, 4),
@@ -151,10 +208,26 @@ def measure(kind: str, size: str, chunks: int, swaps: int, updates: int) -> dict
         "first_chunk_ms_p50": percentile(first_chunk_ms, 50),
         "first_chunk_ms_p99": percentile(first_chunk_ms, 99),
         "swaps": len(installed_ms),
-        "updates_per_s": updates_per_s,
         "make_s": round(make_s, 1),
         "load_s": round(load_s, 1),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "actor_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def learner_side(folder: str, updates: int) -> dict[str, Any]:
+    """The learner's figures for the VLA in ``folder``: updates/s on the CPU, and on CUDA when present."""
+    from robotrl.policy.lerobot import LerobotChunkPolicy
+
+    torch.set_num_threads(1)
+    policy = LerobotChunkPolicy.load(folder)
+    spec = policy.spec
+    updates_per_s = learner_updates(policy, spec, updates, torch.device("cpu"))
+    del policy
+    gc.collect()
+    on_cuda = cuda_figures(Path(folder), spec, updates) if torch.cuda.is_available() else {}
+    return {
+        "updates_per_s": updates_per_s,
+        "learner_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         **on_cuda,
     }
 
@@ -174,14 +247,14 @@ def chunk_times(policy: Any, observation: Any, chunks: int) -> list[float]:
     return times
 
 
-def cuda_figures(folder: Path, spec: Any, chunks: int, updates: int) -> dict[str, Any]:
+def cuda_figures(folder: Path, spec: Any, updates: int, chunks: int = 10) -> dict[str, Any]:
     """Chunk times, learner updates/s (bf16 autocast; pi0.5 with gradient checkpointing) and peak
     GPU memory on the first CUDA device, for the folder's VLA."""
     from robotrl.policy.lerobot import LerobotChunkPolicy
 
     device = torch.device("cuda")
     policy = LerobotChunkPolicy.load(folder, spec, device="cuda")
-    chunk_ms = chunk_times(policy, _observation(spec), max(chunks, 10))
+    chunk_ms = chunk_times(policy, _observation(spec), chunks)
     torch.cuda.reset_peak_memory_stats()
     updates_per_s = learner_updates(policy, spec, max(updates, 5), device)
     out = {

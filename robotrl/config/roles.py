@@ -26,8 +26,12 @@ def runnable_kinds(role: str, cfg: RobotRLConfig) -> tuple[PolicyKind, ...] | No
             return LEARNED
         case "replay":  # only resim runs a policy; the other modes replay recorded actions
             return LEARNED if cfg.replay.mode == "resim" else None
-        case "experiment":  # the demo pretrains the built-in flow policy; a sweep runs a checkpoint
-            return (PolicyKind.flow,) if cfg.experiment.name == "demo" else LEARNED
+        case (
+            "experiment"
+        ):  # the demo pretrains the built-in flow policy or experiment.vla; a sweep runs a checkpoint
+            if cfg.experiment.name != "demo":
+                return LEARNED
+            return (PolicyKind.lerobot,) if cfg.experiment.vla else (PolicyKind.flow,)
         case _:
             return None
 

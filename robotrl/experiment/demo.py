@@ -186,7 +186,8 @@ class Demo:
             f"--size={ex.vla_size}",
             f"--out={self.vla_dir}",
             f"--seed={self.cfg.seed}",
-            *config_overrides(cfg, ["env", "policy"]),
+            *config_overrides(cfg, ["env"]),
+            f"policy.horizon={cfg.policy.horizon}",
         )
         if not is_cached(self.vla_dir, key_of(argv, [])):
             shutil.rmtree(self.vla_dir, ignore_errors=True)  # `vla init` writes only into a new folder
