@@ -137,10 +137,9 @@ def results_table(cfg: RobotRLConfig, evals: Mapping[str, EvalSummary], best_ste
     """One row per policy: success with its interval (and per run), time to success, jerk, starvation."""
     repeats = cfg.experiment.repeats
     pooled = f", fine-tuned policies pooled over {repeats} runs each" if repeats > 1 else ""
-    table = Table(
-        title=f"{cfg.env.id}: {cfg.experiment.eval_episodes} fixed-seed episodes per policy{pooled}, "
-        f"noise scale {eval_noise_scale(cfg):g}"
-    )
+    ex = cfg.experiment
+    policy = f"{ex.vla_size} {ex.vla}" if ex.vla else f"noise scale {eval_noise_scale(cfg):g}"
+    table = Table(title=f"{cfg.env.id}: {ex.eval_episodes} fixed-seed episodes per policy{pooled}, {policy}")
     columns = ["policy", "success", "95% CI", *(["per run"] if repeats > 1 else [])]
     # per episode: a pooled row counts K times the episodes of the pretrained one
     for col in (*columns, "time to success", "jerk RMS", "starved ticks / episode"):

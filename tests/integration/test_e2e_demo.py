@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,41 @@ def test_quick_demo_runs_every_step_and_a_second_run_reuses_them(tmp_path: Path)
     # record, pretrain, 2 validations, 5 evals, control, 3 fine-tunings, rerun, 3 runs x 2 curve points
     assert second.stdout.count("cached") == 20
     assert json.loads((out / "results.json").read_text())["success"] == results["success"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_vla_demo_makes_pretrains_and_fine_tunes_a_real_smolvla_from_cameras(tmp_path: Path):
+    """`experiment=vla_demo` at smoke size: lerobot's SmolVLA made offline, pretrained on the
+    recorded camera videos, chosen, fine-tuned by RAPI and BC beside the offline control, and
+    evaluated, all through real processes, with no privileged pose anywhere."""
+    out = tmp_path / "vla_demo"
+    smoke = [
+        "experiment.demos=3",
+        "experiment.pretrain_steps=40",
+        "experiment.select_every=20",
+        "experiment.validation_episodes=2",
+        "experiment.eval_episodes=3",
+        "experiment.online_episodes=2",
+        "experiment.update_groups=3",
+        "experiment.rerun_episodes=1",
+        "experiment.curve_episodes=2",
+        "env.max_episode_ticks=120",
+        "pretrain.val_every=20",
+        "pretrain.checkpoint_every=20",
+        "pretrain.batch_size=8",
+        "learner.batch_size=8",
+        "learner.learning_starts=16",
+    ]
+    args = ["-m", "robotrl.cli", "experiment", "experiment=vla_demo", f"experiment.output_dir={out}", *smoke]
+    done = subprocess.run(
+        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=1100, check=False
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["success"]) == ["best_offline", "offline_control", "rapi", "bc"]
+    assert results["episodes"] == 3 and results["best_offline_steps"] in (20, 40)
+    assert json.loads((out / "vla" / "config.json").read_text())["type"] == "smolvla"
+    for run in ("finetune_rapi", "finetune_bc"):
+        assert json.loads((out / run / "actor_actor-0_progress.json").read_text())["episodes"] == 2
+    assert "make a tiny smolvla offline" in done.stdout
