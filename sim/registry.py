@@ -61,13 +61,16 @@ def make_env(cfg: EnvConfig, seed_offset: int = 0) -> RobotEnv:
     """
     from robotrl.sim.robot_env import SimRobotEnv
 
-    env = so101_env(cfg, privileged_state=cfg.privileged_state)
-    sim: RobotEnv = SimRobotEnv(env, name=cfg.id, seed_offset=seed_offset)
     takeover = cfg.takeover
+    # The expert standing in for a person sees the cube even when the policy may not.
+    hide_from_policy = takeover.enabled and not cfg.privileged_state
+    env = so101_env(cfg, privileged_state=cfg.privileged_state or hide_from_policy)
+    sim: RobotEnv = SimRobotEnv(env, name=cfg.id, seed_offset=seed_offset)
     if takeover.enabled:
+        from robotrl.sim.hidden_state import HiddenState, privileged
         from robotrl.sim.intervention import ExpertTakeover
 
-        return ExpertTakeover(
+        sim = ExpertTakeover(
             sim,
             cfg.id,
             takeover.ticks,
@@ -77,4 +80,6 @@ def make_env(cfg: EnvConfig, seed_offset: int = 0) -> RobotEnv:
             reopen_only=takeover.reopen_only,
             max_corrections=takeover.max_corrections,
         )
+        if hide_from_policy:
+            sim = HiddenState(sim, privileged)
     return sim

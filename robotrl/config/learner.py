@@ -127,6 +127,10 @@ class LearnerConfig:
     """Torch intra-op CPU threads of the learner; 0 keeps torch's default (one per core)."""
     grad_clip: float = field(default=10.0, metadata=bounds(gt=0))
     """Gradient norm clip of every network."""
+    image_shift: int = field(default=4, metadata=bounds(ge=0, note="pixels; 0: off"))
+    """Shift each sampled camera image by up to this many pixels on each axis (DrQ's random
+    shift, robotrl/policy/augment.py) before the critic and the policy see it; never at
+    inference. Pretraining has its own, ``pretrain.image_shift``. No effect without cameras."""
     learning_starts: int = field(default=256, metadata=bounds(ge=0))
     """Chunk samples ready (online + anchor) before the first update group."""
     storage_dir: str | None = None

@@ -25,6 +25,10 @@ class PretrainConfig:
     state_noise: float = field(default=0.0, metadata=bounds(ge=0, le=1, note="standard deviations"))
     """Gaussian noise added to each training state, in standard deviations of that feature in
     the training data (augmentation; validation and inference see clean states)."""
+    image_shift: int = field(default=4, metadata=bounds(ge=0, note="pixels; 0: off"))
+    """Shift each training camera image by up to this many pixels on each axis (DrQ's random
+    shift, robotrl/policy/augment.py); validation and inference see the images as recorded.
+    The learner's ``learner.image_shift`` does the same while fine-tuning."""
     hold_after_success: bool = False
     """Train the chunk rows past the end of an episode that ended in success as holding its last
     action (the sim ends an episode at success; masked, the policy never learns to stay there)."""

@@ -38,6 +38,7 @@ from robotrl.core import keys
 from robotrl.learner import samples
 from robotrl.learner.nets import Critic
 from robotrl.learner.torch_utils import autocast, to_torch
+from robotrl.policy.augment import shift_batch_images
 from robotrl.policy.average import WeightAverage
 
 NextBatch = Callable[[], Mapping[str, Any]]
@@ -116,7 +117,9 @@ class PolicyTrainer:
             group["lr"] = self.policy_lr
 
     def _batch(self, next_batch: NextBatch) -> dict[str, Any]:
-        return to_torch(next_batch(), self.device)
+        """The next training batch on the device, its camera images randomly shifted
+        (``learner.image_shift``): the critic and the policy read the same shifted images."""
+        return shift_batch_images(to_torch(next_batch(), self.device), self.cfg.image_shift)
 
     def _policy_step(self, batch: Mapping[str, Any], weights: torch.Tensor | None) -> float:
         self.policy.train()

@@ -2,7 +2,8 @@
 
 Trains the built-in flow policy on demonstration chunks with training-time RTC
 (each chunk gets a random committed prefix of 0..max_delay actions), optionally with
-Gaussian noise on the training states (``pretrain.state_noise``) and the goal held after
+Gaussian noise on the training states (``pretrain.state_noise``), camera images randomly
+shifted by a few pixels (``pretrain.image_shift``) and the goal held after
 successful episodes (``pretrain.hold_after_success``), reports a validation loss on
 held-out episodes (``pretrain.val_fraction=0`` trains on every episode and validates on
 them), and writes into ``run_dir``:
@@ -18,7 +19,7 @@ them), and writes into ``run_dir``:
 
 Checkpoint directories are replaced atomically (written beside, then renamed), so
 an interrupted run never leaves a half-written policy. Batches are drawn from a
-generator seeded by (seed, step), and so is the flow noise, so a resumed run
+generator seeded by (seed, step), and so are the flow noise and the image shifts, so a resumed run
 trains exactly as the uninterrupted one would have.
 """
 
@@ -43,6 +44,7 @@ from robotrl.config.schema import RobotRLConfig
 from robotrl.core.policy_snapshots import pretrain_snapshot
 from robotrl.core.run_folder import PRETRAIN_METRICS, append_json_line
 from robotrl.data.lerobot_dataset import DatasetError
+from robotrl.policy.augment import shift_batch_images
 from robotrl.policy.average import WeightAverage
 from robotrl.policy.checkpoint import CheckpointError
 from robotrl.policy.data import ChunkSampler, Demos, load_demos, split_episodes
@@ -154,6 +156,8 @@ class Pretrainer:
     def train_step(self) -> float:
         rng = np.random.default_rng([self.cfg.seed, self.step])
         batch = self.train.batch(rng, self.pt.batch_size, self.device)
+        shifts = torch.Generator().manual_seed(self.cfg.seed * 1_000_033 + self.step)
+        batch = shift_batch_images(batch, self.pt.image_shift, shifts)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.step, self.pt)
         loss = self.loss(batch, self.cfg.seed * 1_000_003 + self.step)

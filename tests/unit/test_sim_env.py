@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -400,3 +402,29 @@ def test_a_grasp_closing_off_the_cube_is_corrected_before_it_misses(high_by, asi
 def test_a_grasp_closing_on_the_cube_is_left_alone():
     flags, _ = _grasp_under_a_takeover_before_a_miss(0.0, 0.0)
     assert not any(flags)
+
+
+def test_a_takeover_without_the_cube_pose_corrects_the_grasp_from_the_sims_pose_hidden_from_the_policy():
+    """``env.privileged_state=false`` with takeovers: the expert (a person at the arm) still sees
+    the cube, the policy's observations and spec never hold a cube column, and the cameras pass."""
+    from robotrl.sim import make_env
+
+    cfg = EnvConfig(
+        id="robotrl/SO101PickPlace-v0",
+        cameras=["front"],
+        image_size=32,
+        privileged_state=False,
+        takeover=TakeoverConfig(on_miss=True),
+    )
+    env = make_env(cfg)
+    plain = make_env(dataclasses.replace(cfg, takeover=TakeoverConfig()))
+    assert env.spec == plain.spec and not any(n.startswith("cube.") for n in env.spec.state_names)
+    obs = env.reset(seed=3)
+    assert obs.state.shape == (len(env.spec.state_names),) and obs.images["front"].shape == (32, 32, 3)
+    shut = np.array(obs.state[:6], copy=True)
+    shut[5] = 0.0  # jaws shut far from the cube: a missed grasp
+    steps = [env.step(shut) for _ in range(60)]
+    assert any(s.info.get("intervention", False) for s in steps), "the expert never took over"
+    assert all(s.observation.state.shape == obs.state.shape for s in steps)
+    env.close()
+    plain.close()
