@@ -73,7 +73,7 @@ ROLES: tuple[Role, ...] = (
     ),
     Role(
         "experiment",
-        "run a named experiment: experiment=demo (make demo), demo_quick, latency_sweep",
+        "a named experiment: experiment=demo (make demo), demo_quick, demo_pixels, vla_demo, latency_sweep",
         "robotrl.experiment.main:main",
     ),
     Role(

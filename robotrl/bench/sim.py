@@ -31,7 +31,9 @@ def pin_to_one_core() -> str:
     return "unpinned"
 
 
-def measure(task: str, cameras: tuple[str, ...], seconds: float, rounds: int) -> tuple[float, float]:
+def measure(
+    task: str, cameras: tuple[str, ...], seconds: float, rounds: int, image_size: int = IMAGE_SIZE
+) -> tuple[float, float]:
     """(env steps/s, bare MuJoCo steps/s), medians of interleaved rounds on one env."""
     import mujoco
     import numpy as np
@@ -39,13 +41,13 @@ def measure(task: str, cameras: tuple[str, ...], seconds: float, rounds: int) ->
     from robotrl.sim.envs import SO101Env
     from robotrl.sim.render import make_renderer
 
-    env = SO101Env(task, cameras=cameras, image_size=IMAGE_SIZE, max_episode_ticks=10**9)
+    env = SO101Env(task, cameras=cameras, image_size=image_size, max_episode_ticks=10**9)
     obs, _ = env.reset(seed=0)
     rng = np.random.default_rng(0)
     walk = rng.normal(0.0, 0.6, (4096, 6)).cumsum(axis=0)
     actions = (obs["state"][:6] + walk - walk.mean(axis=0)).astype(np.float32)
     env.step(actions[0])  # warm up
-    renderer = make_renderer(env.model, IMAGE_SIZE) if cameras else None
+    renderer = make_renderer(env.model, image_size) if cameras else None
 
     def env_loop(i: int) -> None:
         env.step(actions[i % len(actions)])

@@ -441,9 +441,27 @@ class Demo:
         curve = self.learning_curve(evals)
         results = demo_results(self.cfg, evals, self.best, time.perf_counter() - start, self.steps)
         results["actor_updates"] = self.actor_updates(list(runs))
+        results["sim_steps_per_s"] = self.sim_rate()
         run_folder.write_demo_results(self.out, results)
         print_results(self.console, self.cfg, evals, self.best.steps, results, curve, recording)
         return 0
+
+    def sim_rate(self) -> dict[str, Any]:
+        """The task's env steps/s with the preset's cameras, measured once every step is done
+        (nothing else runs): how much of a control tick simulation and rendering take."""
+        from robotrl.bench.sim import measure
+        from robotrl.sim.registry import task_of
+
+        e = self.cfg.env
+        env_rate, bare = measure(
+            task_of(e.id), tuple(e.cameras), seconds=1.0, rounds=2, image_size=e.image_size
+        )
+        return {
+            "cameras": list(e.cameras),
+            "image_size": e.image_size,
+            "env": round(env_rate, 1),
+            "bare_mujoco": round(bare, 1),
+        }
 
     def actor_updates(self, names: list[str]) -> dict[str, list[int | None]]:
         """The policy updates each run of ``names`` made, as its learner counted them (RAPI's

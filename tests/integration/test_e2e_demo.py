@@ -123,3 +123,45 @@ def test_the_vla_demo_makes_pretrains_and_fine_tunes_a_real_smolvla_from_cameras
     for run in ("finetune_rapi", "finetune_bc"):
         assert json.loads((out / run / "actor_actor-0_progress.json").read_text())["episodes"] == 2
     assert "make a tiny smolvla offline" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_pixel_demo_learns_from_two_cameras_and_the_joints_with_no_cube_pose(tmp_path: Path):
+    """`experiment=demo_pixels` at smoke size through real processes: demonstrations recorded
+    with two cameras, the flow policy pretrained on their videos (its validation loss falls) and
+    fine-tuned under takeovers the sim's hidden cube pose drives; no cube column reaches it."""
+    out = tmp_path / "demo_pixels"
+    smoke = [
+        *(s for s in SMOKE if not s.startswith(("experiment.algorithms", "experiment.pretrain_steps"))),
+        "experiment.pretrain_steps=90",
+        "experiment.curve_episodes=2",
+        "pretrain.warmup_steps=10",
+        "pretrain.batch_size=16",
+        "learner.batch_size=16",
+        "learner.learning_starts=16",
+    ]
+    args = [
+        "-m",
+        "robotrl.cli",
+        "experiment",
+        "experiment=demo_pixels",
+        f"experiment.output_dir={out}",
+        *smoke,
+    ]
+    done = subprocess.run(
+        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=1100, check=False
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["success"]) == ["best_offline", "offline_control", "rapi", "bc"]
+    assert (
+        results["sim_steps_per_s"]["cameras"] == ["front", "wrist"] and results["sim_steps_per_s"]["env"] > 0
+    )
+    spec = json.loads((out / "pretrain" / "policy" / "robotrl_policy.json").read_text())["spec"]
+    assert set(spec["camera_shapes"]) == {"front", "wrist"}
+    assert not [n for n in spec["state_names"] if n.startswith("cube.")]
+    val = [json.loads(line)["val_loss"] for line in (out / "pretrain" / "pretrain_metrics.jsonl").open()]
+    assert len(val) == 3 and val[-1] < val[0], val
+    for run in ("finetune_rapi", "finetune_bc"):
+        assert json.loads((out / run / "actor_actor-0_progress.json").read_text())["episodes"] == 2

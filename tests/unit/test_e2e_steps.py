@@ -195,6 +195,7 @@ def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path:
     )  # the same episodes as rapi's run 2
     results = json.loads((tmp_path / "results.json").read_text())
     assert (results["repeats"], results["episodes"]) == (2, 10)
+    assert results["sim_steps_per_s"]["env"] > 0 and results["sim_steps_per_s"]["cameras"] == []
     success = results["success"]
     assert (success["best_offline"], success["offline_control"], success["rapi"], success["bc"]) == (
         0.5,
