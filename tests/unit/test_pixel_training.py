@@ -1,7 +1,10 @@
-"""DrQ's random shift: a crop of the edge-padded image, on every camera of a training batch, in the
-learner's batches and never at inference."""
+"""Training from pixels: DrQ's random shift (a crop of the edge-padded image, on every camera of a
+training batch, in the learner's batches and never at inference), and image-encoder updates that
+reach the actor by hot-swap."""
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
@@ -11,8 +14,10 @@ from torch.nn import functional
 
 from robotrl.config.learner import LearnerConfig
 from robotrl.core import keys
+from robotrl.core.types import WeightUpdate
 from robotrl.learner.bc import BehaviourCloning
 from robotrl.policy.augment import random_shift, shift_batch_images
+from robotrl.transport.hotswap import install
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -64,6 +69,10 @@ def test_a_batch_shifts_every_camera_and_the_next_observations_and_nothing_else(
     assert out[keys.STATE] is state and out[keys.TASK] == batch[keys.TASK]
 
 
+def as_tensors(batch: dict) -> dict:
+    return {k: torch.as_tensor(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
+
+
 def encoder_inputs(policy: torch.nn.Module) -> list[torch.Tensor]:
     """Every image batch the policy's image encoder is given, as it was given."""
     seen: list[torch.Tensor] = []
@@ -93,3 +102,26 @@ def test_the_learner_trains_on_shifted_images_and_inference_reads_them_as_record
     )
     policy.infer(obs, None, 0)
     assert torch.equal(seen[-1], torch.cat([torch.from_numpy(obs.images[c])[None] for c in CAMS]))
+
+
+def test_an_update_moves_the_image_encoder_and_the_actor_gets_it_by_hot_swap():
+    policy = make_policy()
+    actor_side = copy.deepcopy(policy)  # the actor's spare slot, at the pretrained weights
+    before = {k: v.clone() for k, v in policy.image_encoder.state_dict().items()}
+    batch = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in synthetic_batch(16).items()}
+    trainer = BehaviourCloning(policy, LearnerConfig(actor_updates_per_group=3), torch.device("cpu"))
+    trainer.update_group(lambda: batch)
+    moved = [k for k, v in policy.image_encoder.state_dict().items() if not torch.equal(v, before[k])]
+    assert moved, "no image encoder weight moved"
+
+    published = trainer.policy_weights()
+    assert {f"image_encoder.{k}" for k in moved} <= set(published)
+    install(actor_side, WeightUpdate.build(1, published, "trainable"))
+    for k, v in policy.image_encoder.state_dict().items():
+        assert torch.equal(actor_side.image_encoder.state_dict()[k], v), k
+    policy.eval()
+    obs = observation_of(
+        {k: torch.as_tensor(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}, 1
+    )
+    noise = np.random.default_rng(0).standard_normal((policy.horizon, policy.action_dim)).astype(np.float32)
+    np.testing.assert_array_equal(policy.infer(obs, None, 0, noise), actor_side.infer(obs, None, 0, noise))
