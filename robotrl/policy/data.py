@@ -13,6 +13,7 @@ Batches use the keys and layout of ``ChunkPolicy.per_sample_loss``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,17 @@ class Demos:
     spec: EnvSpec
     episode_success: list[bool]
     """Whether each episode's last frame records success (False when the dataset lacks it)."""
+
+    def without_privileged_state(self) -> Demos:
+        """These demonstrations without the state columns a real arm has no sensor for
+        (:data:`keys.PRIVILEGED_STATE_PREFIX`): what a policy with ``env.privileged_state=false``
+        may read, whatever the dataset was recorded with."""
+        names = self.spec.state_names
+        keep = [i for i, n in enumerate(names) if not n.startswith(keys.PRIVILEGED_STATE_PREFIX)]
+        if len(keep) == len(names):
+            return self
+        spec = dataclasses.replace(self.spec, state_names=tuple(names[i] for i in keep))
+        return dataclasses.replace(self, state=np.ascontiguousarray(self.state[:, keep]), spec=spec)
 
     def frames_of(self, episodes: Sequence[int]) -> npt.NDArray[np.int64]:
         frames: npt.NDArray[np.int64] = np.concatenate(

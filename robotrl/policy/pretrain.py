@@ -312,6 +312,12 @@ def main(cfg: RobotRLConfig) -> int:
         console.print(f"robotrl pretrain: warning: {uncovered}")
     try:
         demos = load_demos(cfg.dataset, cfg.env.cameras)
+        if not cfg.env.privileged_state:
+            hidden = demos.without_privileged_state()
+            if hidden is not demos:
+                dropped = sorted(set(demos.spec.state_names) - set(hidden.spec.state_names))
+                console.print(f"pretrain: env.privileged_state=false: not reading {', '.join(dropped)}")
+            demos = hidden
         Pretrainer(cfg, demos).run()
     except (DatasetError, CheckpointError) as exc:
         console.print(f"robotrl pretrain: {exc}")

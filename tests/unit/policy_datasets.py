@@ -12,9 +12,12 @@ STATE_DIM, ACTION_DIM, IMAGE = 12, 6, 32
 CAMERAS = ("front", "wrist")
 
 
-def make_dataset(root: Path, episodes: int = 3, frames: int = 24, seed: int = 0) -> Path:
-    """Episodes whose actions ramp smoothly from a state-given start (learnable, SO-101-like units)."""
-    names = ([f"s{i}" for i in range(STATE_DIM)], [f"j{i}" for i in range(ACTION_DIM)])
+def make_dataset(
+    root: Path, episodes: int = 3, frames: int = 24, seed: int = 0, state_names: list[str] | None = None
+) -> Path:
+    """Episodes whose actions ramp smoothly from a state-given start (learnable, SO-101-like units);
+    ``state_names`` (STATE_DIM of them) names the state columns."""
+    names = (state_names or [f"s{i}" for i in range(STATE_DIM)], [f"j{i}" for i in range(ACTION_DIM)])
     cameras = {c: (IMAGE, IMAGE, 3) for c in CAMERAS}
     ds = DatasetWriter(
         root, "local/test", 30, ("state", "images", "instruction", "action"), names, cameras, False

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from policy_datasets import ACTION_DIM, CAMERAS, make_dataset
+from policy_datasets import ACTION_DIM, CAMERAS, STATE_DIM, make_dataset
 
 from robotrl.cli import main as cli_main
 from robotrl.config.load import load_config
@@ -79,6 +79,18 @@ def test_pretrain_role_writes_a_loadable_checkpoint_with_dataset_statistics(data
     prefix = demos.action[:2]
     chunk = policy.infer(obs, prefix, 2)
     assert chunk.shape == (8, ACTION_DIM) and np.array_equal(chunk[:2], prefix)
+
+
+@pytest.mark.parametrize("privileged", [False, True])
+def test_the_cube_pose_reaches_a_pretrained_policy_only_with_privileged_state(tmp_path, privileged):
+    names = [f"s{i}" for i in range(STATE_DIM - 3)] + ["cube.x", "cube.y", "cube.z"]
+    data = make_dataset(tmp_path / "ds", episodes=2, state_names=names)
+    run = tmp_path / "run"
+    args = [*overrides(data, run, 2), f"env.privileged_state={str(privileged).lower()}"]
+    assert cli_main(["pretrain", *args]) == 0
+    policy = load_policy(run / "policy")
+    expected = names if privileged else names[:-3]
+    assert list(policy.spec.state_names) == expected and policy.spec.state_dim == len(expected)
 
 
 def test_keep_every_keeps_the_policy_of_each_multiple_as_it_was_then(dataset, tmp_path):
