@@ -74,7 +74,7 @@ def make_robot(hw: HardwareConfig) -> Any:
     from lerobot.robots import RobotConfig, make_robot_from_config
 
     _register("lerobot.robots", ROBOT_MODULES)
-    _register("robotrl.hardware", ("config_fake_so101",))
+    _register("robotrl.hardware", ("config_fake_so101", "config_fake_camera"))
     _register("lerobot.cameras", CAMERA_MODULES)
     if hw.robot_type is None:
         raise ValueError("hardware.robot_type: null drives the sim; name a lerobot robot for a real arm")
