@@ -5,6 +5,11 @@ of the real run. The file it writes (JSON: ``seconds`` plus where and how they w
 measured) is what :class:`robotrl.sim.latency.EmpiricalLatency` replays, so a sim
 experiment (``actor.latency.kind=empirical actor.latency.profile_path=FILE``) runs
 under this machine's real inference times, spikes included.
+
+With ``hardware.robot_type`` set, the policy is built for that arm's spec (its joints and the
+``hardware.cameras`` shapes, from config: no arm or camera is connected, since the GPU host has
+none and the robot PC's arm should stay still) and fed frames of those shapes filled with noise:
+a network's time does not depend on what the pixels show. Otherwise the sim env ``env.*`` is observed.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from rich.table import Table
 
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core.protocols import ChunkPolicy
-from robotrl.core.types import Observation
+from robotrl.core.types import EnvSpec, Observation
 
 PROFILE_VERSION = 1
 
@@ -70,21 +75,48 @@ def write_profile(path: Path, seconds: list[float], meta: dict[str, Any]) -> Non
     tmp.replace(path)
 
 
-def main(cfg: RobotRLConfig) -> int:
-    """Build the configured policy, observe the configured sim env, time inferences, write the profile."""
-    import torch
+def arm_observations(spec: EnvSpec, count: int, seed: int) -> list[Observation]:
+    """Observations of an arm's shapes without the arm: joints somewhere inside the action range,
+    still; every camera a uint8 frame of its shape, noise."""
+    rng = np.random.default_rng(seed)
+    low, high = spec.action_bounds()
+    observations = []
+    for tick in range(count):
+        joints = rng.uniform(low, high).astype(np.float32)
+        state = np.concatenate([joints, np.zeros(spec.state_dim - joints.size, np.float32)])
+        images = {cam: rng.integers(0, 256, shape, np.uint8) for cam, shape in spec.camera_shapes.items()}
+        observations.append(Observation(tick=tick, state=state, images=images, instruction=spec.instruction))
+    return observations
+
+
+def observe(cfg: RobotRLConfig, count: int = 4) -> tuple[EnvSpec, list[Observation]]:
+    """The spec and ``count`` observations the policy is timed on: the arm's, else the sim's."""
+    if cfg.hardware.robot_type is not None:
+        from robotrl.hardware.factory import hardware_spec
+
+        spec = hardware_spec(cfg)
+        return spec, arm_observations(spec, count, cfg.seed)
     from robotrl.sim import make_env
+
+    env = make_env(cfg.env)
+    try:
+        observations = [env.reset(seed=cfg.seed + i) for i in range(count)]
+        sim_spec: EnvSpec = env.spec
+    finally:
+        env.close()
+    return sim_spec, observations
+
+
+def main(cfg: RobotRLConfig) -> int:
+    """Build the configured policy, observe the configured arm or sim env, time inferences, write
+    the profile."""
+    import torch
 
     from robotrl.actor.compose import make_policy
     from robotrl.policy import inference_threads
 
     torch.set_num_threads(inference_threads())
-    env = make_env(cfg.env)
-    try:
-        observations = [env.reset(seed=cfg.seed + i) for i in range(4)]
-        spec = env.spec
-    finally:
-        env.close()
+    spec, observations = observe(cfg)
     policy = make_policy(cfg.policy, spec)
     p = cfg.profile
     seconds = measure(policy, observations, p.samples, p.warmup, min(p.delay, cfg.policy.max_delay))
@@ -95,9 +127,10 @@ def main(cfg: RobotRLConfig) -> int:
         "device": str(getattr(policy, "device", cfg.policy.device)),
         "torch_threads": torch.get_num_threads(),
         "policy": {"kind": cfg.policy.kind.value, "size": cfg.policy.size.value, "path": cfg.policy.path},
-        "env": cfg.env.id,
-        "cameras": list(cfg.env.cameras),
-        "image_size": cfg.env.image_size,
+        "env": spec.name if cfg.hardware.robot_type is not None else cfg.env.id,
+        "cameras": list(spec.camera_shapes),
+        "camera_shapes": {cam: list(shape) for cam, shape in spec.camera_shapes.items()},
+        "image_size": cfg.env.image_size if cfg.hardware.robot_type is None else None,
         "warmup": p.warmup,
         "delay": min(p.delay, cfg.policy.max_delay),
         "time": round(time.time(), 3),
