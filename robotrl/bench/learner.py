@@ -67,7 +67,7 @@ PACED_BATCH = 8
 2.1 s), so its rate is steady over a quick run's seconds; per-batch costs (journal file, fsync,
 admission) come 8 times as often, so it is the harsher load."""
 TARGET_RATIO_30HZ = 0.9
-MIN_LOOP_GROUPS = 2
+MIN_LOOP_GROUPS = 3
 """Group-to-group intervals a loop phase times at least, whatever its seconds."""
 
 PolicyFactory = Callable[[RobotRLConfig, EnvSpec], Any]
