@@ -14,14 +14,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from robotrl.core import keys
 from robotrl.core.protocols import RobotEnv, StepResult
 from robotrl.core.types import EnvSpec, FloatArray, Observation
-
-
-def privileged(name: str) -> bool:
-    """A state column no real arm's sensors give: the cube's pose (``env.privileged_state``)."""
-    return name.startswith(keys.PRIVILEGED_STATE_PREFIX)
 
 
 class HiddenState:

@@ -32,11 +32,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from robotrl.sim import so101
 from robotrl.sim.envs import SO101Env
 from robotrl.sim.experts import PickPlaceExpert, make_expert
-from robotrl.sim.hidden_state import privileged
 from robotrl.sim.registry import so101_env
 from robotrl.sim.so101 import Array
 
 from robotrl.config.schema import RobotRLConfig
+from robotrl.core import keys
 from robotrl.core.types import Observation
 from robotrl.data.lerobot_dataset import DatasetWriter
 
@@ -63,7 +63,9 @@ def record(cfg: RobotRLConfig) -> int:
 
     e = cfg.env
     env = so101_env(e, privileged_state=True)  # the experts read the cube pose
-    names = env.state_names if e.privileged_state else tuple(n for n in env.state_names if not privileged(n))
+    names = (
+        env.state_names if e.privileged_state else tuple(n for n in env.state_names if not keys.privileged(n))
+    )
     keep = np.array([env.state_names.index(n) for n in names])
     shapes = {cam: (e.image_size, e.image_size, 3) for cam in env.cameras}
     dataset = DatasetWriter(

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 
 from robotrl.config.env import EnvConfig
+from robotrl.core import keys
 from robotrl.core.protocols import RobotEnv
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def make_env(cfg: EnvConfig, seed_offset: int = 0) -> RobotEnv:
     env = so101_env(cfg, privileged_state=cfg.privileged_state or hide_from_policy)
     sim: RobotEnv = SimRobotEnv(env, name=cfg.id, seed_offset=seed_offset)
     if takeover.enabled:
-        from robotrl.sim.hidden_state import HiddenState, privileged
+        from robotrl.sim.hidden_state import HiddenState
         from robotrl.sim.intervention import ExpertTakeover
 
         sim = ExpertTakeover(
@@ -81,5 +82,5 @@ def make_env(cfg: EnvConfig, seed_offset: int = 0) -> RobotEnv:
             max_corrections=takeover.max_corrections,
         )
         if hide_from_policy:
-            sim = HiddenState(sim, privileged)
+            sim = HiddenState(sim, keys.privileged)
     return sim

@@ -11,6 +11,13 @@ IMAGE_PREFIX = "observation.images."
 PRIVILEGED_STATE_PREFIX = "cube."
 """State names so prefixed are what no real arm's sensors give (the sim's cube pose): a policy
 reads them only with ``env.privileged_state`` (the sim's experts read them whatever it is)."""
+
+
+def privileged(state_name: str) -> bool:
+    """Whether a state column is one no real arm's sensors give (:data:`PRIVILEGED_STATE_PREFIX`)."""
+    return state_name.startswith(PRIVILEGED_STATE_PREFIX)
+
+
 ACTION = "action"
 """float32: (..., action_dim) per tick in datasets; (B, H, action_dim) chunks in training batches."""
 TASK = "task"

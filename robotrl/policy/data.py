@@ -46,7 +46,7 @@ class Demos:
         (:data:`keys.PRIVILEGED_STATE_PREFIX`): what a policy with ``env.privileged_state=false``
         may read, whatever the dataset was recorded with."""
         names = self.spec.state_names
-        keep = [i for i, n in enumerate(names) if not n.startswith(keys.PRIVILEGED_STATE_PREFIX)]
+        keep = [i for i, n in enumerate(names) if not keys.privileged(n)]
         if len(keep) == len(names):
             return self
         spec = dataclasses.replace(self.spec, state_names=tuple(names[i] for i in keep))
