@@ -440,7 +440,8 @@ class ChunkReplay:
         """Write every row, sample link and open episode to ``folder`` (.npy and JSON, no pickle)."""
         folder.mkdir(parents=True, exist_ok=True)
         with self._lock:
-            self._rows.save(folder)
+            written = np.flatnonzero(self._serial >= 0)
+            self._rows.save(folder, int(written[-1]) + 1 if len(written) else 0)
             for name in self._ARRAYS:
                 np.save(folder / f"{name[1:]}.npy", getattr(self, name))
             meta = {

@@ -108,24 +108,33 @@ class TickRows:
         """The files :meth:`save` writes (images aside)."""
         return [f"{name}.npy" for name in self.columns] + [INSTRUCTION_FILE, INSTRUCTIONS_FILE]
 
-    def save(self, folder: Path) -> None:
+    def save(self, folder: Path, used: int) -> None:
+        """Write rows ``[0, used)``: a buffer's unwritten tail (most of it, early in a run, and
+        gigabytes with cameras) is never copied to disk."""
         for name, col in self.columns.items():
-            np.save(folder / f"{name}.npy", col)
-        np.save(folder / INSTRUCTION_FILE, self.instruction)
+            np.save(folder / f"{name}.npy", col[:used])
+        np.save(folder / INSTRUCTION_FILE, self.instruction[:used])
         (folder / INSTRUCTIONS_FILE).write_text(json.dumps(self.instructions))
         for cam, mem in self.images.items():
-            np.save(folder / f"images-{cam}.npy", mem)
+            np.save(folder / f"images-{cam}.npy", mem[:used])
 
     def load(self, folder: Path) -> None:
-        for name, col in self.columns.items():
-            col[...] = np.load(folder / f"{name}.npy", allow_pickle=False)
-        self.instruction[...] = np.load(folder / INSTRUCTION_FILE, allow_pickle=False)
+        """Restore what :meth:`save` wrote; rows past the saved ones get their defaults."""
+        for c in ARRAY_COLUMNS:
+            saved = np.load(folder / f"{c.name}.npy", allow_pickle=False)
+            col = self.columns[c.name]
+            col[: len(saved)] = saved
+            col[len(saved) :] = c.default
+        saved_instruction = np.load(folder / INSTRUCTION_FILE, allow_pickle=False)
+        self.instruction[: len(saved_instruction)] = saved_instruction
+        self.instruction[len(saved_instruction) :] = 0
         self.instructions = list(json.loads((folder / INSTRUCTIONS_FILE).read_text()))
         self._instruction_ids = {t: i for i, t in enumerate(self.instructions)}
         for cam, mem in self.images.items():
             saved = np.load(folder / f"images-{cam}.npy", mmap_mode="r", allow_pickle=False)
-            for lo in range(0, len(mem), 4096):
-                mem[lo : lo + 4096] = saved[lo : lo + 4096]
+            for lo in range(0, len(saved), 4096):
+                hi = min(lo + 4096, len(saved))
+                mem[lo:hi] = saved[lo:hi]
 
     def close(self) -> None:
         """Release the memory maps; delete the folder when it was made here."""

@@ -285,6 +285,25 @@ def test_saved_buffer_restores_rows_samples_and_the_open_episode(tmp_path):
         assert len(fresh) == 0
 
 
+def test_a_saved_buffer_holds_only_the_rows_written_and_a_wrapped_one_restores_whole(tmp_path):
+    buf = make(capacity=4096, cameras=CAMS)
+    buf.add(episode_batch("a", 1, range(9), end="terminated", cameras=CAMS))
+    buf.save(tmp_path / "early")
+    # Ten rows (nine ticks and the next observation), not the 4,096 the ring holds.
+    assert np.load(tmp_path / "early" / "images-front.npy", mmap_mode="r").shape == (10, 8, 8, 3)
+    assert (tmp_path / "early" / "images-front.npy").stat().st_size < 4096
+    ring = make(capacity=64, cameras=CAMS)
+    for episode in range(12):  # 120 rows through 64: the ring wraps
+        ring.add(episode_batch("a", episode, range(9), end="terminated", cameras=CAMS))
+    ring.save(tmp_path / "wrapped")
+    restored = make(capacity=64, cameras=CAMS)
+    restored.add(episode_batch("b", 99, range(30), end="terminated", cameras=CAMS))  # overwritten
+    restored.load(tmp_path / "wrapped")
+    a, b = ring.sample(200, np.random.default_rng(3)), restored.sample(200, np.random.default_rng(3))
+    for key in a:
+        np.testing.assert_array_equal(np.asarray(a[key]), np.asarray(b[key]))
+
+
 def chunked_episode(ticks: int, period: int) -> list:
     """An actor's terminated episode whose chunk c is observed at tick ``period * c`` with delay 1
     (the first chunk: 0, the robot waited) and runs until the next one takes over."""
