@@ -2,7 +2,7 @@
 full-speed ingest.
 
 Setup (the image-encoder variant, the only one): the ``small`` built-in flow policy built
-for two 96x96 RGB cameras (its ``ImageEncoder`` reads both) and RAPI's critic with
+for two 96x96 RGB cameras (its ``KeypointEncoder`` reads both) and RAPI's critic with
 ``learner.rapi.critic_images`` on (its encoder reads both too), batch 256, chunk 32, a 12-d
 state, the real buffers and the real learner loop (ingest thread, journal, update guard,
 publishing) with an in-process transition link. Phases, each timed:

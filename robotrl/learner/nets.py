@@ -1,8 +1,8 @@
 """The critic's networks: chunk-level Q(s, a_{t:t+H}) and V(s), small LayerNorm MLPs.
 
 The observation encoder reads the state and, optionally, every camera through a
-small strided CNN (pooled to a few features per camera), so the critic can see an
-object the state does not report. The executed chunk enters flattened, with its
+small CNN read out by spatial-softmax keypoints, so the critic can see where an object
+the state does not report is. The executed chunk enters flattened, with its
 padding mask, so a short chunk at an episode's end is not confused with zeros.
 
 State and actions are z-scored with the policy's statistics (:meth:`Critic.set_normalization`):
@@ -23,6 +23,7 @@ from torch import nn
 
 from robotrl.core import keys
 from robotrl.policy.flow import CONSTANT_STATE_STD
+from robotrl.policy.vision import KeypointEncoder
 
 
 def zscore(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
@@ -41,11 +42,7 @@ def mlp(inp: int, hidden: int, out: int, layers: int = 2) -> nn.Sequential:
 
 
 class ObsEncoder(nn.Module):
-    """State (+ pooled CNN features per camera) to one feature vector.
-
-    Images above 64 pixels are subsampled by 2 first: the critic needs where things
-    are, not fine texture, and converting full frames dominated a CPU update.
-    """
+    """State (+ keypoint features per camera, :class:`KeypointEncoder`) to one feature vector."""
 
     state_mean: torch.Tensor
     state_std: torch.Tensor
@@ -56,32 +53,15 @@ class ObsEncoder(nn.Module):
         super().__init__()
         self.cameras = list(cameras)
         self.convs = nn.ModuleDict(
-            {
-                cam: nn.Sequential(
-                    nn.Conv2d(3, 16, 5, stride=3, padding=2),
-                    nn.ReLU(),
-                    nn.Conv2d(16, 32, 3, stride=2, padding=1),
-                    nn.ReLU(),
-                    nn.Conv2d(32, image_features, 3, stride=2, padding=1),
-                    nn.AdaptiveAvgPool2d(1),
-                    nn.Flatten(),
-                )
-                for cam, shape in cameras.items()
-            }
+            {cam: KeypointEncoder((16, 32, 32, 16), image_features) for cam in self.cameras}
         )
-        self.steps = {cam: 2 if min(shape[:2]) > 64 else 1 for cam, shape in cameras.items()}
         self.out_dim = state_dim + image_features * len(self.cameras)
         self.register_buffer("state_mean", torch.zeros(state_dim))
         self.register_buffer("state_std", torch.ones(state_dim))
 
     def forward(self, obs: Mapping[str, Any], prefix: str = "") -> torch.Tensor:
         parts = [zscore(obs[prefix + keys.STATE], self.state_mean, self.state_std)]
-        for cam in self.cameras:
-            step = self.steps[cam]
-            # Subsample while still uint8 (a quarter of the bytes to convert), then NCHW floats.
-            img = obs[prefix + keys.IMAGE_PREFIX + cam][:, ::step, ::step]
-            img = img.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)
-            parts.append(self.convs[cam](img))
+        parts += [self.convs[cam](obs[prefix + keys.IMAGE_PREFIX + cam]) for cam in self.cameras]
         return torch.cat(parts, dim=-1)
 
 

@@ -1,7 +1,8 @@
 """FlowChunkPolicy: robotrl's own VLA-shaped chunk policy, trained by flow matching.
 
 Context (computed once per inference): a small CNN per camera (shared weights, a
-camera embedding) pooled to a 3x3 grid of tokens, a proprioception token, and one
+camera embedding) read out by spatial-softmax keypoints into four tokens
+(:mod:`robotrl.policy.vision`), a proprioception token, and one
 language token from a hashed word/bigram embedding (no tokenizer, no download). A
 transformer encoder mixes them. The action head is a transformer decoder over H
 action tokens that cross-attends to the context; it predicts the flow velocity and
@@ -46,6 +47,7 @@ from robotrl.policy.checkpoint import (
     write_meta,
 )
 from robotrl.policy.inputs import check_observation_shapes
+from robotrl.policy.vision import KeypointEncoder
 from robotrl.policy.weights import load_parameters
 
 ARCHITECTURE = "robotrl.flow"
@@ -59,7 +61,7 @@ never moved, a velocity that stayed 0) carries nothing the policy could learn fr
 normalised value is held at 0. Z-scored by its tiny std instead, the policy's own small
 deviations there blew up to thousands of sigmas (46 000 for the wrist roll velocity on the
 tracking task) and the chunks became noise."""
-POOL = 2  # image tokens per camera: POOL x POOL
+IMAGE_TOKENS = 4  # context tokens per camera
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class FlowSize:
     encoder_layers: int
     decoder_layers: int
     cnn_channels: tuple[int, int, int, int]
+    """The image encoder's (c1, c2, c3, keypoints): :class:`KeypointEncoder`."""
     vocab: int
     patch: int = 4
     """Consecutive actions per action token: the head's cost falls by this factor."""
@@ -92,32 +95,6 @@ def hashed_tokens(text: str, vocab: int) -> list[int]:
     words = re.findall(r"[a-z0-9]+", text.lower())
     grams = words + [f"{a} {b}" for a, b in itertools.pairwise(words)]
     return [1 + zlib.crc32(g.encode()) % (vocab - 1) for g in grams] or [0]
-
-
-class ImageEncoder(nn.Module):
-    """uint8 (B, H, W, 3) -> (B, POOL*POOL, d) tokens; any resolution."""
-
-    def __init__(self, channels: tuple[int, int, int, int], d_model: int) -> None:
-        super().__init__()
-        c1, c2, c3, c4 = channels
-        self.net = nn.Sequential(
-            nn.Conv2d(3, c1, 4, stride=4),  # patchify: the full-resolution layer is the costly one
-            nn.GELU(),
-            nn.Conv2d(c1, c2, 3, stride=2, padding=1),
-            nn.GELU(),
-            nn.Conv2d(c2, c3, 3, stride=2, padding=1),
-            nn.GELU(),
-            nn.Conv2d(c3, c4, 3, stride=2, padding=1),
-            nn.GELU(),
-            nn.AdaptiveAvgPool2d(POOL),
-        )
-        self.proj = nn.Linear(c4, d_model)
-
-    def forward(self, images: Tensor) -> Tensor:
-        x = images.permute(0, 3, 1, 2).float().mul_(2.0 / 255.0).sub_(1.0)
-        x = self.net(x).flatten(2).transpose(1, 2)  # (B, POOL*POOL, c4)
-        out: Tensor = self.proj(x)
-        return out
 
 
 def time_embedding(t: Tensor, dim: int) -> Tensor:
@@ -146,11 +123,11 @@ class FlowChunkPolicy(nn.Module):
         self.size = SIZES[cfg.size]
         d, sz = self.size.d_model, self.size
         self.cameras = tuple(sorted(spec.camera_shapes))
-        self.image_encoder = ImageEncoder(sz.cnn_channels, d) if self.cameras else None
+        self.image_encoder = KeypointEncoder(sz.cnn_channels, IMAGE_TOKENS * d) if self.cameras else None
         self.camera_embed = nn.Parameter(torch.zeros(max(len(self.cameras), 1), 1, d))
         self.state_proj = nn.Linear(max(spec.state_dim, 1), d)
         self.language = nn.EmbeddingBag(sz.vocab, d, mode="mean")
-        self.context_pos = nn.Parameter(torch.zeros(1, 2 + POOL * POOL * len(self.cameras), d))
+        self.context_pos = nn.Parameter(torch.zeros(1, 2 + IMAGE_TOKENS * len(self.cameras), d))
         enc = nn.TransformerEncoderLayer(d, sz.heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(enc, sz.encoder_layers, enable_nested_tensor=False)
         self.tokens = -(-cfg.horizon // sz.patch)  # action tokens; the last may be padded
@@ -230,13 +207,24 @@ class FlowChunkPolicy(nn.Module):
         tokens = [self.state_proj(state_n).unsqueeze(1)]
         tokens.append(self.language(*self._task_ids(tasks)).unsqueeze(1))
         if self.image_encoder is not None:
-            stacked = torch.cat([images[c] for c in self.cameras], dim=0)  # one CNN pass for all cameras
-            feats = self.image_encoder(stacked).unflatten(0, (len(self.cameras), -1))
-            feats = feats + self.camera_embed.unsqueeze(1)
-            tokens.extend(feats.unbind(0))
+            feats = self._camera_features(images)
+            feats = feats.reshape(*feats.shape[:-1], IMAGE_TOKENS, -1)
+            tokens.extend((feats + self.camera_embed.unsqueeze(1)).unbind(0))
         ctx = torch.cat(tokens, dim=1) + self.context_pos
         out: Tensor = self.encoder(ctx)
         return out
+
+    def _camera_features(self, images: Mapping[str, Tensor]) -> Tensor:
+        """(cameras, B, features): one CNN pass per image shape (cameras of a real arm may differ)."""
+        assert self.image_encoder is not None
+        by_shape: dict[tuple[int, ...], list[str]] = {}
+        for cam in self.cameras:
+            by_shape.setdefault(tuple(images[cam].shape[1:]), []).append(cam)
+        feats: dict[str, Tensor] = {}
+        for group in by_shape.values():
+            out = self.image_encoder(torch.cat([images[c] for c in group])).unflatten(0, (len(group), -1))
+            feats |= dict(zip(group, out.unbind(0), strict=True))
+        return torch.stack([feats[c] for c in self.cameras])
 
     def velocity(self, x: Tensor, in_prefix: Tensor, t: Tensor, context: Tensor) -> Tensor:
         """Flow velocity (B, H, A) for normalised chunks ``x`` (B, H, A) at flow times ``t`` (B,).
