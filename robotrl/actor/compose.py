@@ -101,9 +101,18 @@ def make_policy(policy_cfg: PolicyConfig, spec: EnvSpec) -> ChunkPolicy:
     the config's inference settings), else a fresh one."""
     from robotrl.policy import build_policy, load_policy
     from robotrl.policy.factory import apply_inference_settings
+    from robotrl.policy.inputs import spec_mismatch
 
     if policy_cfg.path and policy_cfg.kind is not PolicyKind.lerobot:
         policy = load_policy(policy_cfg.path, device=policy_cfg.device)
+        saved_spec = getattr(policy, "spec", None)
+        problems = spec_mismatch(saved_spec, spec) if isinstance(saved_spec, EnvSpec) else []
+        if problems:
+            raise ConfigError(
+                f"policy.path={policy_cfg.path} does not fit this robot: {'; '.join(problems)}. In the"
+                " sim, set env.cameras, env.image_size and env.privileged_state as in training; on an"
+                " arm, name and size hardware.cameras so."
+            )
         apply_inference_settings(policy, policy_cfg)
         _warn_if_not_as_configured(policy, policy_cfg)
         return policy

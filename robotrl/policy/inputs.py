@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from robotrl.core import keys
-from robotrl.core.types import Observation
+from robotrl.core.types import EnvSpec, Observation
 
 
 def check_observation_shapes(
@@ -27,3 +27,25 @@ def check_observation_shapes(
         img = obs.images[cam]
         if img.shape != expected or img.dtype != np.uint8:
             raise ValueError(f"observation {key!r}: expected uint8 {expected}, got {img.dtype} {img.shape}")
+
+
+def spec_mismatch(policy_spec: EnvSpec, env_spec: EnvSpec) -> list[str]:
+    """What keeps the robot or sim of ``env_spec`` from feeding a policy saved with
+    ``policy_spec``: another state or action size, a camera it reads missing or of another shape."""
+    problems = []
+    if len(policy_spec.state_names) != len(env_spec.state_names):
+        problems.append(
+            f"it reads a state of {len(policy_spec.state_names)} columns, the robot gives "
+            f"{len(env_spec.state_names)} (env.privileged_state and env.tip_position add columns)"
+        )
+    if len(policy_spec.action_names) != len(env_spec.action_names):
+        problems.append(
+            f"it acts on {len(policy_spec.action_names)} joints, the robot has {len(env_spec.action_names)}"
+        )
+    for cam, shape in policy_spec.camera_shapes.items():
+        given = env_spec.camera_shapes.get(cam)
+        if given is None:
+            problems.append(f"it reads camera {cam!r}, the robot has {sorted(env_spec.camera_shapes)}")
+        elif tuple(given) != tuple(shape):
+            problems.append(f"it reads camera {cam!r} at {tuple(shape)}, the robot gives {tuple(given)}")
+    return problems

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from robotrl.actor.compose import make_policy as actor_policy
+from robotrl.config.load import ConfigError
 from robotrl.config.policy import PolicyConfig, PolicySize
 from robotrl.core import keys
 from robotrl.core.protocols import ChunkPolicy
@@ -218,6 +220,25 @@ def test_the_actor_runs_a_checkpoint_of_another_size_as_saved_and_says_so(tmp_pa
     with caplog.at_level(logging.WARNING, logger="robotrl.actor.compose"):
         actor_policy(cfg, make_spec())
     assert caplog.text == ""
+
+
+def test_the_actor_refuses_a_checkpoint_its_robot_cannot_feed_and_says_what_differs(tmp_path):
+    save_policy(make_policy(), tmp_path / "ckpt")  # reads front and wrist at 32x32 and 12 state columns
+    cfg = PolicyConfig(size=PolicySize.tiny, horizon=H, path=str(tmp_path / "ckpt"), device="cpu")
+    no_wrist = make_spec(("front",))
+    with pytest.raises(
+        ConfigError, match=r"reads camera 'wrist', the robot has \['front'\].*hardware\.cameras"
+    ):
+        actor_policy(cfg, no_wrist)
+    bigger = dataclasses.replace(make_spec(), camera_shapes={c: (64, 64, 3) for c in CAMS})
+    with pytest.raises(ConfigError, match=r"camera 'front' at \(32, 32, 3\), the robot gives \(64, 64, 3\)"):
+        actor_policy(cfg, bigger)
+    more_state = dataclasses.replace(make_spec(), state_names=tuple(f"s{i}" for i in range(S + 7)))
+    with pytest.raises(ConfigError, match=f"state of {S} columns, the robot gives {S + 7}"):
+        actor_policy(cfg, more_state)
+    # A robot with an extra camera feeds it: the policy reads the ones it was trained on.
+    extra = dataclasses.replace(make_spec(), camera_shapes={**make_spec().camera_shapes, "top": (8, 8, 3)})
+    assert isinstance(actor_policy(cfg, extra), FlowChunkPolicy)
 
 
 def test_build_policy_loads_a_checkpoint_and_refuses_another_size(tmp_path):
