@@ -185,6 +185,20 @@ def pool_summaries(summaries: Sequence[EvalSummary]) -> EvalSummary:
     }
 
 
+def takeover_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A warning row when the scripted expert drove some ticks: those successes are partly its."""
+    ticks = summary.get("intervention_ticks", 0)
+    if not ticks:
+        return []
+    return [
+        (
+            "expert takeover ticks",
+            f"{ticks}: successes include the expert's; to score the policy alone set "
+            "env.takeover.on_miss=false env.takeover.before_miss=false env.takeover.ticks=0",
+        )
+    ]
+
+
 def print_summary(summary: Mapping[str, Any]) -> None:
     """The summary as a table on the terminal."""
     table = Table(title=f"{summary['env']}  strategy={summary['strategy']}  latency={summary['latency']}")
@@ -195,6 +209,7 @@ def print_summary(summary: Mapping[str, Any]) -> None:
     rows = [
         ("episodes", summary["episodes"]),
         ("success rate", f"{summary['success_rate']:.1%}  (95% CI {lo:.1%}-{hi:.1%})"),
+        *takeover_rows(summary),
         ("mean time to success", "-" if tts is None else f"{tts:.2f} s"),
         ("starved ticks", summary["starved_ticks"]),
         ("action jerk (RMS)", f"{summary['jerk_rms']:.1f}"),

@@ -315,6 +315,20 @@ def test_each_episode_is_reported_with_its_seed_and_how_it_ended():
     assert outcome_text({"success": 3}, skip="success") == "-"
 
 
+def test_an_evaluation_with_expert_takeovers_says_its_successes_are_partly_the_expert_s(capsys):
+    from robotrl.actor.report import print_summary, summarize, takeover_rows
+
+    env = LineEnv(max_ticks=40, goal=20.0)
+    loop, _, _ = make(Strategy.naive_async, ConstantLatency(0.1), env=env)
+    summary = summarize([loop.run_episode(0, seed=0)], control_hz=30.0, wall_clock=False)
+    assert takeover_rows(summary) == []
+    summary["intervention_ticks"] = 37
+    (name, text), *_ = takeover_rows(summary)
+    assert name == "expert takeover ticks" and text.startswith("37:") and "env.takeover.on_miss=false" in text
+    print_summary({**summary, "env": "line", "strategy": "naive_async", "latency": "constant"})
+    assert "takeover" in capsys.readouterr().out
+
+
 def test_rerun_observer_records_ticks_and_chunks(tmp_path):
     from robotrl.viz.rerun import RerunObserver
 
