@@ -129,7 +129,8 @@ def test_the_vla_demo_makes_pretrains_and_fine_tunes_a_real_smolvla_from_cameras
 @pytest.mark.timeout(1200)
 def test_the_pixel_demo_learns_from_two_cameras_and_the_joints_with_no_cube_pose(tmp_path: Path):
     """`experiment=demo_pixels` at smoke size through real processes: demonstrations recorded
-    with two cameras, the flow policy pretrained on their videos (its validation loss falls) and
+    with two cameras, the flow policy pretrained on their videos (its training loss falls; with two
+    training episodes the one validation episode's loss says nothing yet) and
     fine-tuned under takeovers the sim's hidden cube pose drives; no cube column reaches it."""
     out = tmp_path / "demo_pixels"
     smoke = [
@@ -161,7 +162,7 @@ def test_the_pixel_demo_learns_from_two_cameras_and_the_joints_with_no_cube_pose
     spec = json.loads((out / "pretrain" / "policy" / "robotrl_policy.json").read_text())["spec"]
     assert set(spec["camera_shapes"]) == {"front", "wrist"}
     assert not [n for n in spec["state_names"] if n.startswith("cube.")]
-    val = [json.loads(line)["val_loss"] for line in (out / "pretrain" / "pretrain_metrics.jsonl").open()]
-    assert len(val) == 3 and val[-1] < val[0], val
+    loss = [json.loads(line)["loss"] for line in (out / "pretrain" / "pretrain_metrics.jsonl").open()]
+    assert len(loss) == 3 and loss[-1] < 0.8 * loss[0], loss
     for run in ("finetune_rapi", "finetune_bc"):
         assert json.loads((out / run / "actor_actor-0_progress.json").read_text())["episodes"] == 2
