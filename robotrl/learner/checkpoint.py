@@ -155,8 +155,10 @@ class Checkpointer:
     ) -> None:
         folder.mkdir()
         torch.save(dict(state), folder / CHECKPOINT_STATE)
+        # np.require, not np.ascontiguousarray: the latter makes a 0-d parameter 1-d.
         save_file(
-            {k: np.ascontiguousarray(v) for k, v in policy_weights.items()}, str(folder / CHECKPOINT_POLICY)
+            {k: np.require(v, requirements="C") for k, v in policy_weights.items()},
+            str(folder / CHECKPOINT_POLICY),
         )
         if save_buffers is not None:
             save_buffers(folder / BUFFERS)

@@ -28,7 +28,7 @@ class SpatialSoftmax(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.log_temperature = nn.Parameter(torch.zeros(1))  # (1,): weight transport ships no 0-d tensor
+        self.log_temperature = nn.Parameter(torch.zeros(1))
 
     def forward(self, features: Tensor) -> Tensor:
         h, w = features.shape[-2:]

@@ -16,6 +16,7 @@ from robotrl.core.batch import TransitionBatch
 from robotrl.core.fsync import Fsync
 from robotrl.core.log_limit import EveryFewSeconds
 from robotrl.core.types import Observation, Transition
+from robotrl.core.run_folder import CHECKPOINT_POLICY
 from robotrl.learner.checkpoint import Checkpointer, Counters
 from robotrl.learner.journal import Journal
 from robotrl.transport.ledger import RangeSet, SeqLedger
@@ -82,6 +83,16 @@ def test_checkpoint_fsyncs_every_file_and_folder_before_latest_names_it(tmp_path
     relaxed = RecordingSync()
     save(Checkpointer(tmp_path / "relaxed", Fsync(False, relaxed)))
     assert relaxed.kinds == []
+
+
+def test_a_checkpoint_keeps_every_policy_tensor_s_shape_a_scalar_included(tmp_path):
+    from safetensors.numpy import load_file
+
+    weights = {"scale": np.array(2.0, np.float32), "w": np.arange(6, dtype=np.float32)[::2]}
+    folder = Checkpointer(tmp_path).save({}, Counters(), weights)
+    saved = load_file(str(folder / CHECKPOINT_POLICY))
+    assert {k: v.shape for k, v in saved.items()} == {"scale": (), "w": (3,)}
+    assert saved["scale"] == 2.0 and saved["w"].tolist() == [0.0, 2.0, 4.0]
 
 
 def test_failed_checkpoint_leaves_no_temporary_folder_and_keeps_the_previous_latest(tmp_path):
