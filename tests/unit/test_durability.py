@@ -15,8 +15,8 @@ import pytest
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.fsync import Fsync
 from robotrl.core.log_limit import EveryFewSeconds
-from robotrl.core.types import Observation, Transition
 from robotrl.core.run_folder import CHECKPOINT_POLICY
+from robotrl.core.types import Observation, Transition
 from robotrl.learner.checkpoint import Checkpointer, Counters
 from robotrl.learner.journal import Journal
 from robotrl.transport.ledger import RangeSet, SeqLedger
