@@ -23,6 +23,10 @@ publishing) with an in-process transition link. Phases, each timed:
 5. the loop beside full-speed ingest (``updates_per_s_while_ingesting``, ``ingest_tps``):
    a producer thread keeps the link full; ``ratio_full_speed_ingest`` is what ingesting as
    fast as possible costs updates, and ``ingest_tps`` vs phase 1 what updating costs ingest.
+   This phase runs without the journal: at full speed it fills its disk budget
+   (``learner.journal_max_mb``) within a group, long before the next checkpoint empties it,
+   and then refuses every batch, so the phase would time updates beside no ingest at all.
+   ``journal_refusals`` counts the batches any phase's journal refused (0 in a sound run).
 
 Loop phases are timed between update groups' ends (:mod:`robotrl.bench.group_timer`).
 ``headline_ratio`` is the weaker of the two update ratios. Ingest target:
@@ -179,6 +183,7 @@ class LoopRates:
     ingest_tps: float
     groups: int
     window_s: float
+    journal_refusals: int
 
 
 @dataclasses.dataclass
@@ -217,11 +222,17 @@ def _update_rate(learner: Learner, seconds: float, per_group: int, device: torch
 
 
 def _loop_phase(
-    learner: Learner, seconds: float, per_group: int, load: PacedActor[TransitionBatch] | None = None
+    learner: Learner,
+    seconds: float,
+    per_group: int,
+    load: PacedActor[TransitionBatch] | None = None,
+    *,
+    journal: bool = True,
 ) -> LoopRates:
-    """The real loop (ingest thread, journal, update guard, publishing) on ``learner``'s
-    algorithm, buffers and link for ``seconds`` of whole groups, ``load`` sending into the link
-    meanwhile. A fresh :class:`Learner` per phase: a stopped one stays stopped."""
+    """The real loop (ingest thread, journal unless ``journal`` is false, update guard,
+    publishing) on ``learner``'s algorithm, buffers and link for ``seconds`` of whole groups,
+    ``load`` sending into the link meanwhile. A fresh :class:`Learner` per phase: a stopped one
+    stays stopped."""
 
     def stop() -> None:
         loop.stop()
@@ -236,7 +247,7 @@ def _loop_phase(
         learner.cfg,
         learner.transitions,
         learner.weights,
-        journal=learner.journal,
+        journal=learner.journal if journal else None,
         counters=learner.counters,
         admission=learner.admission,
         prefetch=learner.prefetch,
@@ -251,7 +262,11 @@ def _loop_phase(
             load.stop()
             sender.join(timeout=5)
     return LoopRates(
-        timer.groups_per_s() * per_group, timer.transitions_per_s(), len(timer.ends) - 1, timer.window_s
+        timer.groups_per_s() * per_group,
+        timer.transitions_per_s(),
+        len(timer.ends) - 1,
+        timer.window_s,
+        loop.journal_refusals.total,
     )
 
 
@@ -282,7 +297,7 @@ def _measure(cfg: RobotRLConfig, policy: Any, spec: EnvSpec, seconds: float) -> 
             with_actor = _loop_phase(learner, seconds, per_group, actor)
             inbox.drain()
             producer = PacedActor(inbox.send, stream.next, math.inf, retry_s=0.0005)
-            full_speed = _loop_phase(learner, seconds, per_group, producer)
+            full_speed = _loop_phase(learner, seconds, per_group, producer, journal=False)
         finally:
             learner.online.close()
             learner.anchor.close()
@@ -328,6 +343,7 @@ def run(quick: bool = False, policy_factory: PolicyFactory | None = None) -> dic
         "meets_target": float(full.ingest_tps >= TARGET_TPS),
         "meets_30hz_target": float(ratios["ratio_30hz_actor"] >= TARGET_RATIO_30HZ),
         "groups_timed": float(min(alone.groups, actor.groups, full.groups)),
+        "journal_refusals": float(alone.journal_refusals + actor.journal_refusals + full.journal_refusals),
         "device": device.type,
         "torch_threads": float(torch.get_num_threads()),
         "policy_params": float(n_params),

@@ -38,4 +38,5 @@ def test_learner_bench_reports_updates_and_ingest_as_its_last_json_line(capsys):
     assert all(last[name] > 0 for name in figures), {name: last.get(name) for name in figures}
     weaker = min(("ratio_30hz_actor", "ratio_full_speed_ingest"), key=lambda name: last[name])
     assert last["headline"] == weaker and last["headline_ratio"] == last[weaker]
+    assert last["journal_refusals"] == 0  # every phase timed updates beside real ingest
     assert last["critic_cameras"] == 2  # the critic reads both cameras (the test policy reads none)
