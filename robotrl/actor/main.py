@@ -19,6 +19,7 @@ from robotrl.actor.report import SentAudit, actor_progress, episode_rows, print_
 from robotrl.actor.run import run_episodes
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core import run_folder
+from robotrl.core.malloc import return_freed_buffers
 from robotrl.core.types import Transition
 
 FENCED_EXIT = 5
@@ -49,6 +50,7 @@ def actor_role(cfg: RobotRLConfig) -> int:
     from robotrl.transport.transitions import ActorFencedError, TransitionSender
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return_freed_buffers()  # an outage's backlog leaves the process once it drains
     run_dir, actor_id = Path(cfg.run_dir), cfg.actor.actor_id
     audit = SentAudit(run_dir, actor_id) if cfg.actor.audit_sent else None
     sender = TransitionSender.from_config(cfg.transport, actor_id, on_numbered=audit)
