@@ -29,11 +29,10 @@ FOLLOW_S = 60.0
 """After a restart without a checkpoint, an actor must execute the new session's policy within this long."""
 FLOOD_LOG_LINES = 50
 """The most learner log lines a whole identity flood may cause."""
-MEMORY_GROWTH_MB = 96.0
+MEMORY_GROWTH_MB = 64.0
 """Flat memory: the floor of a role's longest incarnation rises less than this from its middle
-to its last third. Above an actor's in-memory backlog (16 batches, about 58 MB with two
-cameras), which the last third's learner restart fills: at 64 MB the quick soak's actors
-measured 44-66 MB on a 2-core machine where the 800 s soak showed no leak."""
+to its last third. A drained backlog leaves an actor (robotrl/core/malloc.py): the quick soak's
+floors measured learner +9 to +29 MB, actors -14 to -8 MB on a 2-core machine."""
 
 
 @dataclass(frozen=True)
