@@ -79,7 +79,8 @@ class LearnerConfig:
     algorithm: AlgorithmKind = AlgorithmKind.rapi
     """Learning rule: rapi or bc."""
     batch_size: int = field(default=256, metadata=bounds(gt=0))
-    """Samples per update, half online and half anchor."""
+    """Samples per update on each rank, half online and half anchor (under torchrun, an update
+    sees ``batch_size`` times the number of ranks)."""
     anchor_fraction: float = field(default=0.5, metadata=bounds(ge=0, le=1))
     """Share of each batch drawn from the anchor buffer."""
     gamma: float = field(default=0.99, metadata=bounds(gt=0, le=1))

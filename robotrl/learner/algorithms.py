@@ -13,20 +13,29 @@ import torch
 from robotrl.config.learner import AlgorithmKind, LearnerConfig
 from robotrl.core.protocols import Algorithm
 from robotrl.learner.bc import BehaviourCloning
+from robotrl.learner.distributed import SINGLE, Ranks
 from robotrl.learner.rapi import RAPI
 
 Cameras = Mapping[str, tuple[int, int, int]]
-Factory = Callable[[Any, LearnerConfig, torch.device, int, Cameras], Algorithm]
+Factory = Callable[[Any, LearnerConfig, torch.device, int, Cameras, Ranks], Algorithm]
 
 ALGORITHMS: dict[AlgorithmKind, Factory] = {
-    AlgorithmKind.rapi: lambda policy, cfg, device, state_dim, cams: RAPI(
-        policy, cfg, device, state_dim, cams
+    AlgorithmKind.rapi: lambda policy, cfg, device, state_dim, cams, ranks: RAPI(
+        policy, cfg, device, state_dim, cams, ranks
     ),
-    AlgorithmKind.bc: lambda policy, cfg, device, state_dim, cams: BehaviourCloning(policy, cfg, device),
+    AlgorithmKind.bc: lambda policy, cfg, device, state_dim, cams, ranks: BehaviourCloning(
+        policy, cfg, device, ranks
+    ),
 }
 
 
 def build_algorithm(
-    cfg: LearnerConfig, policy: Any, device: torch.device, state_dim: int, cameras: Cameras
+    cfg: LearnerConfig,
+    policy: Any,
+    device: torch.device,
+    state_dim: int,
+    cameras: Cameras,
+    ranks: Ranks = SINGLE,
 ) -> Algorithm:
-    return ALGORITHMS[cfg.algorithm](policy, cfg, device, state_dim, cameras)
+    """The configured algorithm, training on ``ranks`` (DDP over several)."""
+    return ALGORITHMS[cfg.algorithm](policy, cfg, device, state_dim, cameras, ranks)

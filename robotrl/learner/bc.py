@@ -19,12 +19,14 @@ class BehaviourCloning(PolicyTrainer):
     def update_group(self, next_batch: NextBatch) -> Mapping[str, float]:
         n = max(self.cfg.actor_updates_per_group, 1)
         losses = [self._policy_step(self._batch(next_batch), None) for _ in range(n)]
-        return {
-            "policy_loss": sum(losses) / n,
-            "policy_lr": self.policy_lr,
-            "actor_updates": float(n),
-            "actor_updates_total": float(self.actor_updates),
-        }
+        return self.ranks.mean_metrics(
+            {
+                "policy_loss": sum(losses) / n,
+                "policy_lr": self.policy_lr,
+                "actor_updates": float(n),
+                "actor_updates_total": float(self.actor_updates),
+            }
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {**self.policy_state(), "counters": {"actor_updates": self.actor_updates}}

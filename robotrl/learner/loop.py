@@ -40,6 +40,7 @@ from robotrl.core.types import WeightUpdate
 from robotrl.learner.admission import Admission
 from robotrl.learner.anchor import AnchorBuffer, AnchorFeeder
 from robotrl.learner.checkpoint import Checkpointer, Counters, NonFiniteStateError
+from robotrl.learner.distributed import SINGLE, BatchScatter, GroupCommands, Ranks
 from robotrl.learner.guard import UpdateGuard, nonfinite_tensors
 from robotrl.learner.journal import LEDGER_FILE, Journal, load_ledger
 from robotrl.learner.metrics import MetricsLog
@@ -74,6 +75,7 @@ class Learner:
         prefetch: int = 0,
         seed: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        ranks: Ranks = SINGLE,
     ) -> None:
         self.algorithm, self.online, self.anchor, self.cfg = algorithm, online, anchor, cfg
         self.transitions, self.weights = transitions, weights
@@ -86,6 +88,10 @@ class Learner:
         self.subset = weights_subset
         self.prefetch = prefetch
         self.clock = clock
+        self.ranks = ranks
+        """The learner's ranks, this one rank 0 (:mod:`robotrl.learner.distributed`): each update
+        samples ``batch_size`` per rank and scatters the other ranks' shards."""
+        self.commands = GroupCommands(ranks)
         self._rng = np.random.default_rng(seed)
         self._stop = threading.Event()
         self._data = threading.Condition()
@@ -203,8 +209,9 @@ class Learner:
         return len(self.online) + len(self.anchor)
 
     def next_batch(self) -> Batch:
-        """One training batch: ``anchor_fraction`` anchor, the rest online within the lag cap."""
-        size = self.cfg.batch_size
+        """One training batch (``batch_size`` for each rank): ``anchor_fraction`` anchor, the rest
+        online within the lag cap."""
+        size = self.cfg.batch_size * self.ranks.world
         n_anchor = round(size * self.cfg.anchor_fraction) if len(self.anchor) else 0
         parts: list[Batch] = []
         try:
@@ -314,9 +321,12 @@ class Learner:
                     break
                 if self.prefetch and prefetcher is None:
                     prefetcher = Prefetcher(self.next_batch, self.prefetch)
-                if self.cfg.max_groups:  # a known budget: schedules follow the run's progress
-                    self.algorithm.set_progress(self.counters.groups / self.cfg.max_groups)
-                result = self.algorithm.update_group(prefetcher.get if prefetcher else self.next_batch)
+                progress = self.counters.groups / self.cfg.max_groups if self.cfg.max_groups else None
+                if progress is not None:  # a known budget: schedules follow the run's progress
+                    self.algorithm.set_progress(progress)
+                self.commands.run_group(progress)
+                sample = prefetcher.get if prefetcher else self.next_batch
+                result = self.algorithm.update_group(BatchScatter(self.ranks, sample))
                 if not self.guard.check(self.counters.groups + 1, result):
                     continue  # rolled back: nothing published, logged or checkpointed
                 self.counters.groups += 1
@@ -328,6 +338,8 @@ class Learner:
                     self._log(result)
                 if self.checkpointer and self.counters.groups % self.cfg.checkpoint_every_groups == 0:
                     self.save()
+            # Only here: after an error the other ranks end with it (they raise too, or torchrun ends them).
+            self.commands.stop()
         finally:
             self._stop.set()
             if prefetcher is not None:

@@ -26,6 +26,7 @@ from robotrl.learner.algorithms import build_algorithm
 from robotrl.learner.anchor import AnchorBuffer
 from robotrl.learner.checkpoint import BUFFERS, Checkpointer, Counters
 from robotrl.learner.demos import load_demonstrations
+from robotrl.learner.distributed import SINGLE, Ranks, check_same_state, follow, init_ranks
 from robotrl.learner.guard import LearnerDivergedError
 from robotrl.learner.journal import Journal, restored_ledger
 from robotrl.learner.loop import Learner
@@ -76,8 +77,9 @@ def build_learner(
     transitions: BatchReceiver,
     weights: Sender[WeightUpdate],
     console: bool = True,
+    ranks: Ranks = SINGLE,
 ) -> Learner:
-    """Everything but the links and the policy, which the caller provides."""
+    """Everything but the links and the policy, which the caller provides; rank 0 of ``ranks``."""
     lrn = cfg.learner
     device = resolve_device(lrn.device)
     rspec = replay_spec(cfg, spec, int(policy.horizon), trained_max_delay(policy))
@@ -87,7 +89,7 @@ def build_learner(
     if lrn.demos_path:
         episodes = load_demonstrations(lrn.demos_path, rspec, lrn.success_reward)
         anchor.load_demos(episodes, sum(len(e) for e in episodes))
-    algorithm = build_algorithm(lrn, policy, device, spec.state_dim, dict(spec.camera_shapes))
+    algorithm = build_algorithm(lrn, policy, device, spec.state_dim, dict(spec.camera_shapes), ranks)
     checkpointer = Checkpointer(cfg.run_dir, Fsync(lrn.fsync))
     checkpointer.remove_leftovers()
     counters = Counters()
@@ -117,6 +119,7 @@ def build_learner(
         weights_subset=cfg.transport.weights_subset,
         prefetch=lrn.prefetch_batches if lrn.prefetch_batches is not None else 2 * (device.type == "cuda"),
         seed=cfg.seed,
+        ranks=ranks,
     )
     if latest is not None and lrn.save_buffers and (latest / BUFFERS).is_dir():
         learner.load_buffers(latest / BUFFERS)
@@ -171,17 +174,53 @@ def _open_links(cfg: RobotRLConfig) -> tuple[BatchReceiver, Sender[WeightUpdate]
     )
 
 
+def run_follower(cfg: RobotRLConfig, ranks: Ranks) -> int:
+    """A learner rank other than 0 (under torchrun): the same policy and algorithm from the same
+    checkpoint, training on the shards rank 0 scatters until it says stop. No links, buffers,
+    journal or checkpoints: rank 0 owns them."""
+    import torch
+
+    # torchrun signals every rank on Ctrl-C; rank 0 checkpoints, then tells this one to stop.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    from robotrl.policy import build_policy
+
+    spec = _env_spec(cfg)
+    policy = build_policy(cfg.policy, spec)
+    device = resolve_device(cfg.learner.device)
+    algorithm = build_algorithm(cfg.learner, policy, device, spec.state_dim, dict(spec.camera_shapes), ranks)
+    latest = resume_point(cfg)
+    if latest is not None:
+        state, _ = Checkpointer(cfg.run_dir).load(latest, device)
+        algorithm.load_state_dict(state)
+    check_same_state(ranks, algorithm)
+    torch.manual_seed(cfg.seed + ranks.rank)  # each rank its own noise and image shifts
+    try:
+        groups = follow(algorithm, ranks, cfg.learner.guard.max_nonfinite_groups)
+    except LearnerDivergedError as exc:  # rank 0 stops at the same group and says why
+        logging.getLogger(__name__).error("robotrl learner rank %d stopped: %s", ranks.rank, exc)
+        return EXIT_DIVERGED
+    logging.getLogger(__name__).info("robotrl learner rank %d: stopped after %d groups", ranks.rank, groups)
+    return 0
+
+
 def run_learner(cfg: RobotRLConfig) -> int:
-    """The `robotrl learner` role."""
+    """The `robotrl learner` role; under ``torchrun --nproc-per-node N`` one of N data-parallel
+    ranks (:mod:`robotrl.learner.distributed`), rank 0 the one with links."""
     import torch
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    torch.manual_seed(cfg.seed)
+    ranks = init_ranks(resolve_device(cfg.learner.device))
+    if not ranks.is_main:
+        if cfg.learner.torch_threads:
+            torch.set_num_threads(cfg.learner.torch_threads)
+        return run_follower(cfg, ranks)
     # A stop asked for while the learner is built (loading a checkpoint, replaying its journal)
     # takes effect once it is built: it then checkpoints what it restored instead of dying.
     stop_asked = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop_asked.set())
-    torch.manual_seed(cfg.seed)
     if cfg.learner.torch_threads:
         torch.set_num_threads(cfg.learner.torch_threads)
     from robotrl.policy import build_policy
@@ -189,7 +228,8 @@ def run_learner(cfg: RobotRLConfig) -> int:
     spec = _env_spec(cfg)
     policy = build_policy(cfg.policy, spec)  # from policy.path when set: fine-tuning starts there
     transitions, weights = _open_links(cfg)
-    learner = build_learner(cfg, policy, spec, transitions, weights)
+    learner = build_learner(cfg, policy, spec, transitions, weights, ranks=ranks)
+    check_same_state(ranks, learner.algorithm)
     if cfg.learner.offline:
         check_offline_demos(learner, cfg.learner.learning_starts)
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -205,7 +245,9 @@ def run_learner(cfg: RobotRLConfig) -> int:
     )
     Console().print(
         f"[bold]robotrl learner[/bold]: {cfg.learner.algorithm.value} "
-        f"on {resolve_device(cfg.learner.device)}, {links}, "
+        f"on {resolve_device(cfg.learner.device)}"
+        + (f" x {ranks.world} ranks (batch {cfg.learner.batch_size} each)" if ranks.parallel else "")
+        + f", {links}, "
         f"metrics in {Path(cfg.run_dir) / run_folder.LEARNER_METRICS}"
     )
     try:

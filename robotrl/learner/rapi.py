@@ -36,6 +36,7 @@ from torch import nn
 from robotrl.config.learner import AdvantageKind, LearnerConfig
 from robotrl.core import keys
 from robotrl.learner import samples
+from robotrl.learner.distributed import SINGLE, Ranks
 from robotrl.learner.nets import Critic
 from robotrl.learner.torch_utils import autocast, to_torch
 from robotrl.policy.augment import shift_batch_images
@@ -87,17 +88,32 @@ def polyak(target: nn.Module, source: nn.Module, tau: float) -> None:
             t.lerp_(s, tau)
 
 
+class PerSampleLoss(nn.Module):
+    """A policy's ``per_sample_loss`` as a module's forward: DDP averages the gradients of what
+    runs through a module's forward, and a policy's loss is not its forward."""
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, batch: Mapping[str, Any]) -> torch.Tensor:
+        loss: torch.Tensor = self.policy.per_sample_loss(batch)  # type: ignore[operator]
+        return loss
+
+
 class PolicyTrainer:
     """What RAPI and BC share: the policy, its optimiser, its weight average (``policy_ema``),
-    batch transfer and the update count."""
+    batch transfer, the update count, and the ranks it trains on (each update's batch is this
+    rank's shard; losses and gradients are the whole batch's)."""
 
-    def __init__(self, policy: Any, cfg: LearnerConfig, device: torch.device) -> None:
-        self.policy, self.cfg, self.device = policy, cfg, device
+    def __init__(self, policy: Any, cfg: LearnerConfig, device: torch.device, ranks: Ranks = SINGLE) -> None:
+        self.policy, self.cfg, self.device, self.ranks = policy, cfg, device, ranks
         prepare = getattr(policy, "prepare_training", None)  # a lerobot policy's processors, too
         if callable(prepare):
             prepare(device)
         else:
             policy.to(device)
+        self.policy_loss = ranks.wrap(PerSampleLoss(policy))
         self.policy_params = [p for p in policy.parameters() if p.requires_grad]
         self.policy_lr = cfg.policy_lr or cfg.lr
         """The policy's learning rate now (``set_progress`` anneals it)."""
@@ -127,14 +143,18 @@ class PolicyTrainer:
         if samples.POLICY_MASK_KEY in batch:
             batch = {**batch, keys.ACTION_MASK: batch[samples.POLICY_MASK_KEY]}
         with autocast(self.device):
-            per_sample = self.policy.per_sample_loss(batch).float()
+            per_sample = self.policy_loss(batch).float()
         # Weights are self-normalised (a weighted mean): they choose which samples to imitate, not
         # how far to step, so RAPI's step size is BC's and a batch of large weights cannot blow it up.
         # Only chunk-start and demonstration windows teach the actor (see samples.ACTOR_SAMPLE_KEY).
         w = torch.ones_like(per_sample) if weights is None else weights
         if samples.ACTOR_SAMPLE_KEY in batch:
             w = w * batch[samples.ACTOR_SAMPLE_KEY].to(w.device, w.dtype)
-        loss = (per_sample * w).sum() / w.sum().clamp_min(1e-12)
+        # Over ranks: the whole batch's weighted mean, which DDP's averaging of the ranks' gradients
+        # gives when each rank divides by the whole batch's weight and multiplies by the ranks.
+        loss = (per_sample * w).sum() / self.ranks.sum(w.sum()).clamp_min(1e-12)
+        if self.ranks.parallel:
+            loss = loss * self.ranks.world
         self.policy_opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.policy_params, self.cfg.grad_clip)
@@ -180,8 +200,9 @@ class RAPI(PolicyTrainer):
         device: torch.device,
         state_dim: int,
         cameras: Mapping[str, tuple[int, int, int]],
+        ranks: Ranks = SINGLE,
     ) -> None:
-        super().__init__(policy, cfg, device)
+        super().__init__(policy, cfg, device, ranks)
         horizon, action_dim = int(policy.horizon), int(policy.action_dim)
         cams = dict(cameras) if cfg.rapi.critic_images else {}
         self.critic = Critic(state_dim, cams, horizon, action_dim, cfg.rapi.critic_hidden)
@@ -189,6 +210,7 @@ class RAPI(PolicyTrainer):
         if callable(normalization):
             self.critic.set_normalization(normalization())
         self.critic.to(device)
+        self.critic_train = ranks.wrap(self.critic)  # over ranks: rank 0's critic, which the target copies
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr)
         self.critic_updates = 0
@@ -214,7 +236,7 @@ class RAPI(PolicyTrainer):
             not_done = 1.0 - batch[samples.DONE_KEY].float()
             y = batch[samples.REWARD_KEY].float() + batch[samples.DISCOUNT_KEY].float() * not_done * v_next
         with autocast(self.device):
-            q1, q2, v = self.critic(batch)
+            q1, q2, v = self.critic_train(batch)
             q_loss = (q1.float() - y).pow(2).mean() + (q2.float() - y).pow(2).mean()
             v_loss = expectile_loss(q_min - v.float(), cfg.rapi.expectile)
         self.critic_opt.zero_grad(set_to_none=True)
@@ -239,8 +261,9 @@ class RAPI(PolicyTrainer):
             to_go = batch[samples.RETURN_TO_GO_KEY].to(adv.device, torch.float32)
             adv = torch.where(torch.isnan(to_go), adv, to_go - v.float())
         c, beta = self.cfg.rapi.adv_clip, self.cfg.rapi.beta
-        if self.cfg.rapi.weight_ess:
-            beta = temperature_for_share(adv[self._taught(batch, adv)], self.cfg.rapi.weight_ess, c)
+        if self.cfg.rapi.weight_ess:  # chosen on the whole batch, every rank's shard
+            taught = self.ranks.gather(self._taught(batch, adv))
+            beta = temperature_for_share(self.ranks.gather(adv)[taught], self.cfg.rapi.weight_ess, c)
         self.last_beta = beta
         return torch.exp(torch.clamp(adv / beta, -c, c)), adv
 
@@ -280,7 +303,7 @@ class RAPI(PolicyTrainer):
             critic_updates_total=float(self.critic_updates),
             actor_updates_total=float(self.actor_updates),
         )
-        return out
+        return self.ranks.mean_metrics(out)
 
     def state_dict(self) -> dict[str, Any]:
         return {

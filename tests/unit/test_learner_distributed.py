@@ -1,0 +1,169 @@
+"""A learner of two gloo ranks (robotrl/learner/distributed.py): the same weights on both, the
+same as one rank with twice the batch, publishing from rank 0 alone, resumable on one rank."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from learner_doubles import MLPChunkPolicy, episode_batch, small_learner_config, toy_spec
+from safetensors.torch import load_file, save_file
+
+from robotrl.config.learner import AlgorithmKind, RapiConfig
+from robotrl.learner.algorithms import build_algorithm
+from robotrl.learner.distributed import SINGLE, Ranks, _decode, _encode, _shard, check_same_state, follow
+from robotrl.learner.main import build_learner
+from robotrl.transport.inproc import DroppedWeights, TransitionQueue
+
+GROUPS = 3
+DEADLINE_S = 120
+
+
+def _state(algorithm: object) -> dict[str, torch.Tensor]:
+    """The trained networks of ``algorithm``, flat (policy and, after an update, its gradients;
+    for RAPI, critic and target)."""
+    policy = algorithm.policy  # type: ignore[attr-defined]
+    out = {f"policy.{k}": v.detach().clone() for k, v in policy.state_dict().items()}
+    # The last update's gradients: a loss of the wrong scale still steps Adam alike, not these.
+    grads = {k: p.grad for k, p in policy.named_parameters() if p.grad is not None}
+    out.update({f"grad.{k}": g.detach().clone() for k, g in grads.items()})
+    for name in ("critic", "target"):
+        net = getattr(algorithm, name, None)
+        if net is not None:
+            out.update({f"{name}.{k}": v.detach().clone() for k, v in net.state_dict().items()})
+    return out
+
+
+def _train(
+    rank: int, world: int, store: str, run_dir: str, out: str, kind: str, batch: int, apart: bool
+) -> None:
+    """One rank of a learner: rank 0 the full learner on four stored episodes, others followers
+    (with ``apart``, rank 1's policy moved off rank 0's after building); each writes its final
+    networks (and rank 0 the versions it published) to ``out``."""
+    torch.set_num_threads(1)
+    ranks = SINGLE
+    if world > 1:
+        torch.distributed.init_process_group(
+            "gloo", init_method=f"file://{store}", rank=rank, world_size=world
+        )
+        ranks = Ranks(rank, world)
+    torch.manual_seed(0)
+    rapi = RapiConfig(critic_hidden=32, critic_updates_per_group=4, critic_warmup_updates=0, weight_ess=0.5)
+    cfg = small_learner_config(
+        run_dir,
+        rapi,
+        batch_size=batch,
+        algorithm=AlgorithmKind(kind),
+        actor_updates_per_group=2,
+        image_shift=0,
+    )
+    policy = MLPChunkPolicy(2, 4, 3)
+    if ranks.is_main:
+        weights = DroppedWeights()
+        learner = build_learner(
+            cfg, policy, toy_spec(), TransitionQueue(), weights, console=False, ranks=ranks
+        )
+        rewards = np.zeros(20)
+        rewards[-1] = 1.0
+        for episode in range(4):  # stored before the run: every rank count samples the same rows
+            learner.ingest(
+                episode_batch("a", episode, range(20), end="terminated", rewards=rewards * episode)
+            )
+        check_same_state(ranks, learner.algorithm)
+        counters = learner.run(GROUPS)
+        learner.online.close()
+        learner.anchor.close()
+        algorithm = learner.algorithm
+        published = torch.tensor([weights.sent, counters.policy_version, counters.groups])
+    else:
+        algorithm = build_algorithm(cfg.learner, policy, torch.device("cpu"), 2, {}, ranks)
+        if apart:  # as a rank that loaded another checkpoint
+            with torch.no_grad():
+                next(policy.parameters()).add_(1.0)
+        check_same_state(ranks, algorithm)
+        published = torch.tensor([0, 0, follow(algorithm, ranks, cfg.learner.guard.max_nonfinite_groups)])
+    save_file({**_state(algorithm), "published": published}, f"{out}/rank{rank}.safetensors")
+    if ranks.parallel:
+        torch.distributed.destroy_process_group()
+
+
+def _launch(
+    tmp: Path, name: str, world: int, kind: str, batch: int, apart: bool = False
+) -> list[dict[str, torch.Tensor]]:
+    """Run ``world`` ranks in spawned processes; every rank's written state, rank order."""
+    folder = tmp / name
+    folder.mkdir()
+    ctx = multiprocessing.get_context("spawn")
+    procs = [
+        ctx.Process(
+            target=_train,
+            args=(r, world, str(folder / "store"), str(folder / "run"), str(folder), kind, batch, apart),
+        )
+        for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(DEADLINE_S)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    assert [p.exitcode for p in procs] == [0] * world, f"rank exit codes {[p.exitcode for p in procs]}"
+    return [load_file(str(folder / f"rank{r}.safetensors")) for r in range(world)]
+
+
+@pytest.mark.parametrize("kind", ["rapi", "bc"])
+def test_two_ranks_hold_bitwise_equal_weights_equal_to_one_rank_with_twice_the_batch(
+    tmp_path: Path, kind: str
+):
+    rank0, rank1 = _launch(tmp_path, "two", 2, kind, batch=8)
+    (alone,) = _launch(tmp_path, "one", 1, kind, batch=16)
+    nets = [k for k in rank0 if k != "published"]
+    assert nets and all(torch.equal(rank0[k], rank1[k]) for k in nets)  # DDP: the very same step
+    torch.manual_seed(0)
+    start = MLPChunkPolicy(2, 4, 3).state_dict()  # as each rank built it: the updates moved it
+    assert all(not torch.equal(rank0[f"policy.{k}"], v) for k, v in start.items())
+    for k in nets:  # the whole batch's losses and gradients: one rank with both shards
+        torch.testing.assert_close(rank0[k], alone[k], rtol=1e-4, atol=1e-5, msg=k)
+    sent, version, groups = rank0["published"].tolist()
+    assert (sent, version, groups) == (GROUPS, GROUPS, GROUPS)  # rank 0 publishes once per group
+    assert rank1["published"].tolist() == [0, 0, GROUPS]  # the follower ran every group, sent nothing
+
+
+def test_a_checkpoint_of_two_ranks_resumes_on_one(tmp_path: Path):
+    rank0, _ = _launch(tmp_path, "two", 2, "rapi", batch=8)
+    rapi = RapiConfig(critic_hidden=32, critic_updates_per_group=4, critic_warmup_updates=0, weight_ess=0.5)
+    cfg = small_learner_config(str(tmp_path / "two" / "run"), rapi, batch_size=16, actor_updates_per_group=2)
+    learner = build_learner(
+        cfg, MLPChunkPolicy(2, 4, 3), toy_spec(), TransitionQueue(), DroppedWeights(), console=False
+    )
+    try:
+        assert learner.counters.groups == GROUPS and len(learner.online) > 0  # its buffers came back too
+        resumed = _state(learner.algorithm)
+        assert all(torch.equal(resumed[k], rank0[k]) for k in resumed)
+    finally:
+        learner.online.close()
+        learner.anchor.close()
+
+
+def test_ranks_that_start_from_different_weights_refuse_to_train(tmp_path: Path):
+    with pytest.raises(AssertionError, match="exit codes"):
+        _launch(tmp_path, "apart", 2, "rapi", batch=8, apart=True)
+
+
+def test_a_shard_crosses_as_safetensors_bytes_with_its_dtypes_and_task_strings():
+    batch = {
+        "observation.state": np.arange(12, dtype=np.float32).reshape(6, 2),
+        "policy_version": np.arange(6, dtype=np.int64),
+        "done": np.array([True, False] * 3),
+        "task": [f"task {i}" for i in range(6)],
+    }
+    shard = _shard(batch, 1, 2)
+    back = _decode(_encode(shard))
+    assert back["task"] == ["task 1", "task 3", "task 5"]
+    for key in ("observation.state", "policy_version", "done"):
+        assert back[key].dtype == batch[key].dtype
+        np.testing.assert_array_equal(back[key], batch[key][1::2])
