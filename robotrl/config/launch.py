@@ -14,6 +14,9 @@ class LaunchConfig:
     at least one without the learner."""
     learner: bool = True
     """Start the learner too (false: the actors join a learner that runs elsewhere)."""
+    learner_ranks: int = field(default=1, metadata=bounds(ge=1))
+    """Ranks of the learner: above 1, torchrun starts them on this host (data-parallel; rank 0
+    owns the links; docs/architecture.md). One per GPU on a CUDA host."""
     max_restarts: int = field(default=3, metadata=bounds(ge=0))
     """Restarts of one crashed role before launch stops everything and fails."""
     restart_backoff_s: float = field(default=1.0, metadata=bounds(ge=0))
@@ -28,4 +31,4 @@ class LaunchConfig:
     """Torch/OpenMP threads per actor process (0: library default). One avoids oversubscribing
     the cores the learner needs; spinning OpenMP threads slow everything on a small CPU."""
     learner_threads: int = field(default=0, metadata=bounds(ge=0, note="0: library default"))
-    """Torch/OpenMP threads of the learner process (0: library default)."""
+    """Torch/OpenMP threads of each learner rank's process (0: library default)."""

@@ -36,9 +36,14 @@ EXIT_INTERRUPTED = 130
 _PER_ACTOR_KEYS = ("actor.actor_id", "actor.seed")
 
 
-def role_command(role: str, overrides: Sequence[str]) -> list[str]:
-    """The command line of one role (this interpreter, so no PATH lookup can pick another install)."""
-    return [sys.executable, "-m", "robotrl.cli", role, *overrides]
+def role_command(role: str, overrides: Sequence[str], ranks: int = 1) -> list[str]:
+    """The command line of one role (this interpreter, so no PATH lookup can pick another install);
+    with ``ranks`` above 1, its ranks under torchrun on this host (a free rendezvous port)."""
+    cli = ["-m", "robotrl.cli", role, *overrides]
+    if ranks == 1:
+        return [sys.executable, *cli]
+    torchrun = ["-m", "robotrl.learner.torchrun", "--standalone", f"--nproc-per-node={ranks}"]
+    return [sys.executable, *torchrun, *cli]
 
 
 def build_specs(cfg: RobotRLConfig, overrides: Sequence[str]) -> list[RoleSpec]:
@@ -52,7 +57,7 @@ def build_specs(cfg: RobotRLConfig, overrides: Sequence[str]) -> list[RoleSpec]:
         specs.append(
             RoleSpec(
                 "learner",
-                role_command("learner", shared),
+                role_command("learner", shared, cfg.launch.learner_ranks),
                 run_folder.role_log(run_dir, "learner"),
                 learner_env,
             )

@@ -57,14 +57,17 @@ class Ranks:
     def parallel(self) -> bool:
         return self.world > 1
 
-    def wrap(self, module: nn.Module) -> nn.Module:
+    def wrap(self, module: nn.Module, *, unused_parameters: bool = False) -> nn.Module:
         """``module`` whose backward averages its gradients over the ranks (DDP); itself alone.
         Buffers are not rebroadcast each forward: no rank changes them apart from the others.
-        A policy holds parameters its configuration leaves unused (a camera embedding without
-        cameras, a language table without a task), which DDP must be told to expect."""
+        ``unused_parameters``: the module holds parameters its configuration leaves out of the
+        loss (a policy's camera embedding without cameras, its language table without a task),
+        which DDP then looks for after each forward."""
         if not self.parallel:
             return module
-        return DistributedDataParallel(module, broadcast_buffers=False, find_unused_parameters=True)
+        return DistributedDataParallel(
+            module, broadcast_buffers=False, find_unused_parameters=unused_parameters
+        )
 
     def sum(self, value: torch.Tensor) -> torch.Tensor:
         """``value`` summed over the ranks (no gradient flows through it)."""

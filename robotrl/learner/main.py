@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from robotrl.config.load import ConfigError
 from robotrl.config.schema import RobotRLConfig
@@ -38,6 +39,8 @@ from robotrl.policy.factory import trained_max_delay
 
 EXIT_DIVERGED = 4
 """`robotrl learner`'s exit status when its updates kept ending non-finite (a config error: 2)."""
+EXIT_RANK_LOST = 6
+"""Rank 0's exit status when a collective failed: another rank died or hung up."""
 
 
 def replay_spec(cfg: RobotRLConfig, spec: EnvSpec, horizon: int, max_delay: int | None = None) -> ReplaySpec:
@@ -256,6 +259,19 @@ def run_learner(cfg: RobotRLConfig) -> int:
         logging.getLogger(__name__).error("robotrl learner stopped: %s", exc)
         Console(stderr=True).print(f"[bold red]robotrl learner stopped[/bold red]: {exc}")
         return EXIT_DIVERGED
+    except RuntimeError as exc:
+        if not ranks.parallel:
+            raise
+        # A collective fails on rank 0 when another rank is gone. What was acknowledged is in
+        # the journal, which the next start (launch restarts the learner) replays.
+        Console(stderr=True).print(
+            f"[bold red]robotrl learner stopped[/bold red]: a collective with the other "
+            f"{ranks.world - 1} rank(s) failed, so one of them died or hung up (torchrun's report "
+            "below names it); acknowledged batches are in the journal for the next start "
+            f"({escape(str(exc))})",
+            soft_wrap=True,
+        )
+        return EXIT_RANK_LOST
     finally:
         transitions.close()
         weights.close()

@@ -113,7 +113,7 @@ class PolicyTrainer:
             prepare(device)
         else:
             policy.to(device)
-        self.policy_loss = ranks.wrap(PerSampleLoss(policy))
+        self.policy_loss = ranks.wrap(PerSampleLoss(policy), unused_parameters=True)
         self.policy_params = [p for p in policy.parameters() if p.requires_grad]
         self.policy_lr = cfg.policy_lr or cfg.lr
         """The policy's learning rate now (``set_progress`` anneals it)."""

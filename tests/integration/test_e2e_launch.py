@@ -45,11 +45,11 @@ def _endpoints(tmp: Path) -> list[str]:
 
 
 @contextmanager
-def _launched(tmp: Path) -> Iterator[subprocess.Popen[str]]:
+def _launched(tmp: Path, *extra: str) -> Iterator[subprocess.Popen[str]]:
     """`robotrl launch` with every role running until stopped; killed if the test leaves it running."""
     endless = ("actor.episodes=0", "learner.max_groups=0")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "robotrl.cli", "launch", *TINY, *_endpoints(tmp), *endless],
+        [sys.executable, "-m", "robotrl.cli", "launch", *TINY, *_endpoints(tmp), *endless, *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -95,12 +95,14 @@ def _wait_for(predicate, timeout_s: float, proc: subprocess.Popen[str], what: st
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_launch_runs_learner_and_two_actors_and_weights_reach_the_actors(tmp_path: Path):
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_launch_runs_learner_and_two_actors_and_weights_reach_the_actors(tmp_path: Path, ranks: int):
     # Everything runs until stopped; Ctrl-C comes once both actors executed published weights.
     # (Ending on the learner's budget is decided by Launch._finished: tests/unit/test_launch_rules.py;
     # here it would race an actor still starting up against the learner's last group.)
+    # With two ranks the learner is torchrun's two processes, rank 0 alone on the links.
     run = tmp_path / "run"
-    with _launched(tmp_path) as proc:
+    with _launched(tmp_path, f"launch.learner_ranks={ranks}") as proc:
         _wait_for(
             lambda: all(_progress(run, a, "policy_version") >= 1 for a in ("actor-0", "actor-1")),
             400,
@@ -121,8 +123,14 @@ def test_launch_runs_learner_and_two_actors_and_weights_reach_the_actors(tmp_pat
     counters = json.loads((run / "checkpoints" / latest / "counters.json").read_text())
     assert counters["groups"] > 0 and counters["policy_version"] >= 1
     assert counters["transitions"] == sum(s["ticks"] for s in summaries)
+    for p in progress:  # one version sequence, published by rank 0 alone
+        versions = [v for _, v in p["history"]]
+        assert versions == sorted(versions), versions
     status = _status(run)
     assert all(r["state"] in ("done", "stopped") for r in status.values()), status
+    learner_log = (run / "logs" / "learner.log").read_text()
+    assert (f"x {ranks} ranks" in learner_log) == (ranks > 1)
+    assert ("rank 1: stopped after" in learner_log) == (ranks > 1)
 
 
 @pytest.mark.slow
@@ -158,3 +166,50 @@ def test_a_killed_actor_is_restarted_and_sigint_stops_every_process(tmp_path: Pa
     assert "shutting down" in out
     # The learner stopped after the actors: its checkpoint holds what they flushed.
     assert (run / "checkpoints" / "latest").exists()
+
+
+def _rank_pid(torchrun_pid: int, rank: int) -> int | None:
+    """The pid of torchrun's child that runs learner rank ``rank`` (its RANK variable)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            env = (entry / "environ").read_bytes().split(b"\0") if parent == torchrun_pid else []
+        except (OSError, ValueError, IndexError):
+            continue
+        if f"RANK={rank}".encode() in env:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_killed_learner_rank_restarts_the_learner_and_loses_no_transition(tmp_path: Path):
+    run = tmp_path / "run"
+    with _launched(tmp_path, "launch.learner_ranks=2") as proc:
+        _wait_for(lambda: _progress(run, "learner", "policy_version") >= 1, 300, proc, "the first weights")
+        follower = _rank_pid(_status(run)["learner"]["pid"], 1)
+        assert follower is not None, "no learner rank 1 among torchrun's children"
+        os.kill(follower, signal.SIGKILL)
+        _wait_for(
+            lambda: (
+                _status(run)["learner"].get("restarts") == 1 and _status(run)["learner"]["state"] == "running"
+            ),
+            120,
+            proc,
+            "the learner's restart",
+        )
+        _wait_for(
+            lambda: _progress(run, "learner", "policy_version") >= 1, 300, proc, "the new session's weights"
+        )
+        out = _interrupt(proc)
+    assert proc.returncode == 130, out[-4000:]
+    summaries = [json.loads((run / f"actor_actor-{i}_summary.json").read_text()) for i in (0, 1)]
+    latest = (run / "checkpoints" / "latest").read_text()
+    counters = json.loads((run / "checkpoints" / latest / "counters.json").read_text())
+    # Every row the actors sent is stored once: the killed session's from its journal.
+    assert counters["transitions"] == sum(s["ticks"] for s in summaries)
+    log = (run / "logs" / "learner.log").read_text()
+    assert "a collective with the other 1 rank(s) failed" in log, log[-4000:]  # rank 0 says why
+    assert "rank      : 1" in log and "SIGKILL" in log, log[-4000:]  # torchrun names the rank that died
