@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
@@ -60,14 +61,17 @@ class Ranks:
     def wrap(self, module: nn.Module, *, unused_parameters: bool = False) -> nn.Module:
         """``module`` whose backward averages its gradients over the ranks (DDP); itself alone.
         Buffers are not rebroadcast each forward: no rank changes them apart from the others.
-        ``unused_parameters``: the module holds parameters its configuration leaves out of the
-        loss (a policy's camera embedding without cameras, its language table without a task),
-        which DDP then looks for after each forward."""
+        ``unused_parameters``: the module may hold parameters its configuration leaves out of
+        the loss (a policy's camera embedding without cameras, its language table without a
+        task); DDP finds them in the first backward and expects the same set ever after
+        (``static_graph``: no search of the graph each step, as ``find_unused_parameters`` does)."""
         if not self.parallel:
             return module
-        return DistributedDataParallel(
-            module, broadcast_buffers=False, find_unused_parameters=unused_parameters
-        )
+        # oneDNN returns a 1x1 convolution's weight gradient with channels-last strides: the
+        # same memory as the bucket's view (only size-1 dimensions' strides differ), so DDP's
+        # warning about a copy is noise.
+        warnings.filterwarnings("ignore", "Grad strides do not match bucket view strides", UserWarning)
+        return DistributedDataParallel(module, broadcast_buffers=False, static_graph=unused_parameters)
 
     def sum(self, value: torch.Tensor) -> torch.Tensor:
         """``value`` summed over the ranks (no gradient flows through it)."""

@@ -86,6 +86,11 @@ def test_bench_unknown_name_is_a_usage_error():
     assert out.returncode == 2 and "invalid choice" in out.stderr
 
 
+def test_bench_ranks_is_for_the_learner_alone():
+    out = run("bench", "codec", "--ranks", "2")
+    assert out.returncode == 2 and "--ranks applies to the learner benchmark only" in out.stderr
+
+
 LEARNED = {PolicyKind.flow, PolicyKind.lerobot}
 RUNNABLE = {
     "actor": LEARNED,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -40,3 +42,28 @@ def test_learner_bench_reports_updates_and_ingest_as_its_last_json_line(capsys):
     assert last["headline"] == weaker and last["headline_ratio"] == last[weaker]
     assert last["journal_refusals"] == 0  # every phase timed updates beside real ingest
     assert last["critic_cameras"] == 2  # the critic reads both cameras (the test policy reads none)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_learner_bench_with_two_ranks_compares_them_with_one_and_splits_rank_zeros_time():
+    # Real ranks (spawned processes, gloo) on the bench's own policy: what a user runs.
+    out = subprocess.run(
+        [sys.executable, "-m", "robotrl.cli", "bench", "learner", "--ranks", "2", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    assert last["bench"] == "learner_ranks" and last["ranks"] == 2
+    one, two = last["samples_per_s_1_rank"], last["samples_per_s_2_ranks"]
+    assert one > 0 and two > 0 and last["speedup"] == pytest.approx(two / one, rel=0.01)
+    assert (
+        last["headline_ratio"] == last["scaling_efficiency"] == pytest.approx(last["speedup"] / 2, abs=0.001)
+    )
+    # Only two ranks scatter shards and all-reduce; rank 0 of one process does neither.
+    assert last["scatter_ms_2_ranks"] > 0 and last["allreduce_ms_2_ranks"] > 0
+    assert last["scatter_ms_1_rank"] < last["scatter_ms_2_ranks"] and last["allreduce_ms_1_rank"] == 0
+    assert "Grad strides" not in out.stderr  # the 1x1 convolutions' stride notice stays quiet

@@ -1,0 +1,263 @@
+"""`robotrl bench learner --ranks N`: RAPI update groups as one learner rank and as N
+data-parallel ranks (robotrl/learner/distributed.py), and where a rank's time goes.
+
+The setup of `robotrl bench learner` (the small flow policy on two 96x96 cameras, the critic
+reading them, batch 256 per rank, the real buffers filled with synthetic episodes), run twice:
+once as one process and once as N processes joined by torch.distributed (gloo on the CPU,
+NCCL with one GPU per rank). Each rank keeps its batch (weak scaling: N ranks train on N times
+the rows per update). On a CPU the cores are split between the ranks (one rank has them all,
+each of N ranks a share), so the comparison is the same machine used two ways; on GPUs each
+rank has its own device.
+
+Rank 0 times, per update: waiting for its sampled batch (``sample``: sampling, or waiting
+on the prefetch thread), encoding and scattering the other ranks' shards (``scatter``), and
+the rest (``compute``: forward, backward with DDP's gradient all-reduce, optimiser step).
+``allreduce_ms`` is one all-reduce of a tensor the size of every trainable parameter (policy
+and critic), timed apart: what a step's gradient traffic costs at least.
+
+JSON: ``updates_per_s_<n>_ranks`` and ``samples_per_s_<n>_ranks`` (rows trained on per
+second over all ranks), ``speedup`` (samples/s of N ranks over one) and
+``scaling_efficiency`` (speedup / N).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from robotrl.bench.learner import Stream, _default_policy, bench_config, bench_spec
+from robotrl.bench.report import report
+from robotrl.core.protocols import Algorithm
+from robotrl.learner.algorithms import build_algorithm
+from robotrl.learner.distributed import SINGLE, BatchScatter, Ranks, check_same_state, follow
+from robotrl.learner.main import build_learner
+from robotrl.learner.prefetch import Prefetcher
+from robotrl.learner.samples import Batch
+from robotrl.learner.torch_utils import resolve_device
+from robotrl.transport.inproc import DroppedWeights, TransitionQueue
+
+FILL_BATCHES = 32
+"""Synthetic batches (64 transitions each) in the online buffer before timing."""
+MIN_GROUPS = 3
+ALLREDUCE_REPEATS = 10
+DEADLINE_S = 900.0
+
+
+@dataclass
+class RankTimes:
+    """What rank 0 measured over the timed groups."""
+
+    groups: int
+    updates: int
+    wall_s: float
+    sample_s: float
+    scatter_s: float
+    allreduce_ms: float
+    threads: int
+    batch: int
+    device: str
+    trainable: int
+
+
+def _trainable(policy: torch.nn.Module, algorithm: Algorithm) -> int:
+    """Parameters whose gradients the ranks all-reduce: the policy's and the critic's."""
+    nets = [policy, getattr(algorithm, "critic", None)]
+    return sum(p.numel() for net in nets if net is not None for p in net.parameters() if p.requires_grad)
+
+
+def _allreduce_ms(ranks: Ranks, elements: int, device: torch.device) -> float:
+    """Milliseconds of one all-reduce of ``elements`` float32 values (0 for one rank)."""
+    if not ranks.parallel:
+        return 0.0
+    grads = torch.zeros(elements, device=device)
+    for _ in range(2):
+        dist.all_reduce(grads)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(ALLREDUCE_REPEATS):
+        dist.all_reduce(grads)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) / ALLREDUCE_REPEATS * 1e3
+
+
+def _timed(draw: Callable[[], Batch], spent: list[float]) -> Callable[[], Batch]:
+    """``draw``, adding each call's seconds to ``spent[0]``."""
+
+    def call() -> Batch:
+        start = time.perf_counter()
+        batch = draw()
+        spent[0] += time.perf_counter() - start
+        return batch
+
+    return call
+
+
+def _rank(rank: int, world: int, store: str, threads: int, seconds: float, quick: bool, out: str) -> None:
+    """One rank: rank 0 the learner with buffers, timing update groups; the others followers."""
+    torch.set_num_threads(threads)
+    cfg = bench_config(quick)
+    device = resolve_device(cfg.learner.device)
+    ranks = SINGLE
+    if world > 1:
+        if device.type == "cuda":
+            torch.cuda.set_device(rank)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world)
+        ranks = Ranks(rank, world)
+    spec = bench_spec()
+    torch.manual_seed(0)  # every rank builds the same networks
+    policy = _default_policy(cfg, spec)
+    if not ranks.is_main:
+        cameras = dict(spec.camera_shapes)
+        algorithm = build_algorithm(cfg.learner, policy, device, spec.state_dim, cameras, ranks)
+        check_same_state(ranks, algorithm)
+        follow(algorithm, ranks, cfg.learner.guard.max_nonfinite_groups)
+        _allreduce_ms(ranks, _trainable(policy, algorithm), device)
+        dist.destroy_process_group()
+        return
+    per_group = cfg.learner.rapi.critic_updates_per_group + cfg.learner.actor_updates_per_group
+    with tempfile.TemporaryDirectory(prefix="robotrl-bench-ranks-") as tmp:
+        cfg.run_dir = tmp
+        link, weights = TransitionQueue(), DroppedWeights()
+        learner = build_learner(cfg, policy, spec, link, weights, console=False, ranks=ranks)
+        prefetcher: Prefetcher | None = None
+        try:
+            stream = Stream(np.random.default_rng(0))
+            for _ in range(FILL_BATCHES):
+                learner.ingest(stream.next())
+            check_same_state(ranks, learner.algorithm)
+            prefetcher = Prefetcher(learner.next_batch, learner.prefetch) if learner.prefetch else None
+            sample_s, scatter_s = [0.0], [0.0]
+            draw = _timed(prefetcher.get if prefetcher else learner.next_batch, sample_s)
+            scattered = _timed(BatchScatter(ranks, draw), scatter_s)
+
+            def group() -> None:
+                learner.commands.run_group(None)
+                learner.algorithm.update_group(scattered)
+
+            group()  # untimed: optimiser state, caches, DDP's first buckets
+            sample_s[0] = scatter_s[0] = 0.0
+            groups, start = 0, time.perf_counter()
+            while groups < MIN_GROUPS or time.perf_counter() - start < seconds:
+                group()
+                groups += 1
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            wall = time.perf_counter() - start
+            learner.commands.stop()
+        finally:
+            if prefetcher is not None:
+                prefetcher.close()
+            learner.online.close()
+            learner.anchor.close()
+    times = RankTimes(
+        groups,
+        groups * per_group,
+        wall,
+        sample_s[0],
+        scatter_s[0] - sample_s[0],
+        _allreduce_ms(ranks, _trainable(policy, learner.algorithm), device),
+        threads,
+        cfg.learner.batch_size,
+        device.type,
+        _trainable(policy, learner.algorithm),
+    )
+    Path(out).write_text(json.dumps(asdict(times)))
+    if ranks.parallel:
+        dist.destroy_process_group()
+
+
+def _measure(world: int, seconds: float, quick: bool) -> RankTimes:
+    """Run ``world`` ranks in spawned processes; rank 0's times."""
+    cores = os.cpu_count() or 1
+    threads = max(1, cores // world)
+    with tempfile.TemporaryDirectory(prefix="robotrl-bench-ranks-") as tmp:
+        out = Path(tmp) / "rank0.json"
+        ctx = multiprocessing.get_context("spawn")
+        procs = [
+            ctx.Process(
+                target=_rank,
+                args=(r, world, f"{tmp}/store", threads, seconds, quick, str(out)),
+                name=f"bench-rank-{r}",
+            )
+            for r in range(world)
+        ]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + DEADLINE_S
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        codes = [p.exitcode for p in procs]
+        if codes != [0] * world or not out.exists():
+            raise SystemExit(f"robotrl bench learner --ranks: {world} rank(s) ended with exit codes {codes}")
+        return RankTimes(**json.loads(out.read_text()))
+
+
+def run(quick: bool = False, ranks: int = 2) -> dict[str, float | str]:
+    if ranks < 2:
+        raise SystemExit(f"robotrl bench learner --ranks: compares 1 rank with N >= 2, got {ranks}")
+    if torch.cuda.is_available() and torch.cuda.device_count() < ranks:
+        raise SystemExit(f"robotrl bench learner --ranks {ranks}: {torch.cuda.device_count()} GPU(s) here")
+    seconds = 2.0 if quick else 15.0
+    one, many = _measure(1, seconds, quick), _measure(ranks, seconds, quick)
+
+    def per_s(t: RankTimes, world: int) -> tuple[float, float]:
+        updates = t.updates / t.wall_s
+        return updates, updates * t.batch * world
+
+    (u1, s1), (un, sn) = per_s(one, 1), per_s(many, ranks)
+    speedup = sn / s1 if s1 > 0 else 0.0
+    result: dict[str, float | str] = {
+        "bench": "learner_ranks",
+        "headline_ratio": round(speedup / ranks, 3),
+        "headline": "scaling_efficiency",
+        "ranks": float(ranks),
+        "device": many.device,
+        "updates_per_s_1_rank": round(u1, 2),
+        f"updates_per_s_{ranks}_ranks": round(un, 2),
+        "samples_per_s_1_rank": round(s1, 1),
+        f"samples_per_s_{ranks}_ranks": round(sn, 1),
+        "speedup": round(speedup, 3),
+        "scaling_efficiency": round(speedup / ranks, 3),
+        "batch_per_rank": float(many.batch),
+        "threads_1_rank": float(one.threads),
+        "threads_per_rank": float(many.threads),
+        "trainable_params": float(many.trainable),
+        "groups_timed": float(min(one.groups, many.groups)),
+    }
+    rows = []
+    for world, t in ((1, one), (ranks, many)):
+        ms = 1e3 / t.updates
+        compute = t.wall_s - t.sample_s - t.scatter_s
+        split = {
+            "sample_ms": t.sample_s * ms,
+            "scatter_ms": t.scatter_s * ms,
+            "compute_ms": compute * ms,
+            "allreduce_ms": t.allreduce_ms,
+        }
+        result.update({f"{k}_{world}_rank{'s' if world > 1 else ''}": round(v, 2) for k, v in split.items()})
+        rows.append([world, t.threads, t.updates / t.wall_s, *split.values()])
+    report(
+        f"learner as 1 and {ranks} ranks: RAPI at batch {many.batch} per rank, "
+        f"{many.trainable / 1e6:.1f}M trainable parameters on {many.device} "
+        f"({'quick' if quick else 'full'} run)",
+        ["ranks", "threads/rank", "updates/s", "sample ms", "scatter ms", "compute ms", "all-reduce ms"],
+        rows,
+        result,
+    )
+    return result
