@@ -39,7 +39,7 @@ from robotrl.bench.learner import Stream, _default_policy, bench_config, bench_s
 from robotrl.bench.report import report
 from robotrl.core.protocols import Algorithm
 from robotrl.learner.algorithms import build_algorithm
-from robotrl.learner.distributed import SINGLE, BatchScatter, Ranks, check_same_state, follow
+from robotrl.learner.distributed import SINGLE, BatchScatter, Ranks, backend, follow, share_state
 from robotrl.learner.main import build_learner
 from robotrl.learner.prefetch import Prefetcher
 from robotrl.learner.samples import Batch
@@ -113,8 +113,7 @@ def _rank(rank: int, world: int, store: str, threads: int, seconds: float, quick
     if world > 1:
         if device.type == "cuda":
             torch.cuda.set_device(rank)
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world)
+        dist.init_process_group(backend(device), init_method=f"file://{store}", rank=rank, world_size=world)
         ranks = Ranks(rank, world)
     spec = bench_spec()
     torch.manual_seed(0)  # every rank builds the same networks
@@ -122,7 +121,7 @@ def _rank(rank: int, world: int, store: str, threads: int, seconds: float, quick
     if not ranks.is_main:
         cameras = dict(spec.camera_shapes)
         algorithm = build_algorithm(cfg.learner, policy, device, spec.state_dim, cameras, ranks)
-        check_same_state(ranks, algorithm)
+        share_state(ranks, algorithm, device)
         follow(algorithm, ranks, cfg.learner.guard.max_nonfinite_groups)
         _allreduce_ms(ranks, _trainable(policy, algorithm), device)
         dist.destroy_process_group()
@@ -137,7 +136,7 @@ def _rank(rank: int, world: int, store: str, threads: int, seconds: float, quick
             stream = Stream(np.random.default_rng(0))
             for _ in range(FILL_BATCHES):
                 learner.ingest(stream.next())
-            check_same_state(ranks, learner.algorithm)
+            share_state(ranks, learner.algorithm, device)
             prefetcher = Prefetcher(learner.next_batch, learner.prefetch) if learner.prefetch else None
             sample_s, scatter_s = [0.0], [0.0]
             draw = _timed(prefetcher.get if prefetcher else learner.next_batch, sample_s)

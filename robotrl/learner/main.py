@@ -27,7 +27,7 @@ from robotrl.learner.algorithms import build_algorithm
 from robotrl.learner.anchor import AnchorBuffer
 from robotrl.learner.checkpoint import BUFFERS, Checkpointer, Counters
 from robotrl.learner.demos import load_demonstrations
-from robotrl.learner.distributed import SINGLE, Ranks, check_same_state, follow, init_ranks
+from robotrl.learner.distributed import SINGLE, Ranks, follow, init_ranks, leave, share_state
 from robotrl.learner.guard import LearnerDivergedError
 from robotrl.learner.journal import Journal, restored_ledger
 from robotrl.learner.loop import Learner
@@ -178,9 +178,9 @@ def _open_links(cfg: RobotRLConfig) -> tuple[BatchReceiver, Sender[WeightUpdate]
 
 
 def run_follower(cfg: RobotRLConfig, ranks: Ranks) -> int:
-    """A learner rank other than 0 (under torchrun): the same policy and algorithm from the same
-    checkpoint, training on the shards rank 0 scatters until it says stop. No links, buffers,
-    journal or checkpoints: rank 0 owns them."""
+    """A learner rank other than 0 (under torchrun): the same policy and algorithm, in the state
+    rank 0 sends, training on the shards rank 0 scatters until it says stop. No links, buffers,
+    journal, run folder or checkpoints: rank 0 owns them."""
     import torch
 
     # torchrun signals every rank on Ctrl-C; rank 0 checkpoints, then tells this one to stop.
@@ -192,11 +192,7 @@ def run_follower(cfg: RobotRLConfig, ranks: Ranks) -> int:
     policy = build_policy(cfg.policy, spec)
     device = resolve_device(cfg.learner.device)
     algorithm = build_algorithm(cfg.learner, policy, device, spec.state_dim, dict(spec.camera_shapes), ranks)
-    latest = resume_point(cfg)
-    if latest is not None:
-        state, _ = Checkpointer(cfg.run_dir).load(latest, device)
-        algorithm.load_state_dict(state)
-    check_same_state(ranks, algorithm)
+    share_state(ranks, algorithm, device)  # rank 0's checkpoint or seed, with no run folder here
     torch.manual_seed(cfg.seed + ranks.rank)  # each rank its own noise and image shifts
     try:
         groups = follow(algorithm, ranks, cfg.learner.guard.max_nonfinite_groups)
@@ -218,7 +214,9 @@ def run_learner(cfg: RobotRLConfig) -> int:
     if not ranks.is_main:
         if cfg.learner.torch_threads:
             torch.set_num_threads(cfg.learner.torch_threads)
-        return run_follower(cfg, ranks)
+        code = run_follower(cfg, ranks)
+        leave(ranks)
+        return code
     # A stop asked for while the learner is built (loading a checkpoint, replaying its journal)
     # takes effect once it is built: it then checkpoints what it restored instead of dying.
     stop_asked = threading.Event()
@@ -232,7 +230,7 @@ def run_learner(cfg: RobotRLConfig) -> int:
     policy = build_policy(cfg.policy, spec)  # from policy.path when set: fine-tuning starts there
     transitions, weights = _open_links(cfg)
     learner = build_learner(cfg, policy, spec, transitions, weights, ranks=ranks)
-    check_same_state(ranks, learner.algorithm)
+    share_state(ranks, learner.algorithm, resolve_device(cfg.learner.device))
     if cfg.learner.offline:
         check_offline_demos(learner, cfg.learner.learning_starts)
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -258,6 +256,7 @@ def run_learner(cfg: RobotRLConfig) -> int:
     except LearnerDivergedError as exc:
         logging.getLogger(__name__).error("robotrl learner stopped: %s", exc)
         Console(stderr=True).print(f"[bold red]robotrl learner stopped[/bold red]: {exc}")
+        leave(ranks)
         return EXIT_DIVERGED
     except RuntimeError as exc:
         if not ranks.parallel:
@@ -282,4 +281,5 @@ def run_learner(cfg: RobotRLConfig) -> int:
     Console().print(
         f"robotrl learner: stopped after {counters.groups} groups, policy version {counters.policy_version}"
     )
+    leave(ranks)
     return 0

@@ -1,10 +1,12 @@
 """`torchrun --standalone --nproc-per-node 2 -m robotrl.cli learner ...`: the learner as two
 real ranks (gloo on the CPU) through torch's own launcher, on the demo's flow policy, whose
-configuration leaves parameters unused (no camera, no task), as DDP must be told."""
+configuration leaves parameters unused (no camera, no task), as DDP must be told; and as two
+nodes of one rank each, joined by torchrun's static rendezvous as on a cluster."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +43,53 @@ def test_two_ranks_under_torchrun_train_the_budget_and_rank_zero_alone_writes(tm
     metrics = read_learner_metrics(run_dir)
     assert [m["group"] for m in metrics] == [1, 2, 3]  # one writer: rank 0
     assert all(m["transitions"] == 0 for m in metrics)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _node(rank: int, port: int, *overrides: str) -> list[str]:
+    """torchrun for node ``rank`` of two, one learner rank each, node 0 at this host's loopback."""
+    torchrun = ["-m", "robotrl.learner.torchrun", "--nnodes=2", f"--node-rank={rank}"]
+    torchrun += ["--master-addr=127.0.0.1", f"--master-port={port}", "--nproc-per-node=1"]
+    offline = ["learner.offline=true", "learner.algorithm=rapi", "learner.actor_updates_per_group=4"]
+    offline += ["learner.batch_size=16", "learner.learning_starts=16", "learner.log_every_groups=1"]
+    offline += ["learner.device=cpu", "learner.rapi.critic_warmup_updates=0", "learner.torch_threads=1"]
+    return [sys.executable, *torchrun, "-m", "robotrl.cli", "learner", *SIM, *TINY, *offline, *overrides]
+
+
+def test_a_second_node_needs_no_run_folder_and_resumes_with_rank_zero(tmp_path: Path):
+    # Node 1 runs where there is neither the data nor the run folder: rank 0 sends it its state,
+    # the seed's at first and the checkpoint's when the run resumes.
+    demos = tmp_path / "demos"
+    assert main(["record", *SIM, "policy=expert", "record.episodes=2", f"record.output_dir={demos}"]) == 0
+    elsewhere = tmp_path / "node1"
+    elsewhere.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for groups in (3, 2):  # learner.max_groups: this session's groups
+        port = _free_port()
+        nowhere = ["learner.demos_path=/nonexistent/demos", "run_dir=/nonexistent/run"]
+        node1 = subprocess.Popen(
+            _node(1, port, f"learner.max_groups={groups}", *nowhere),
+            cwd=elsewhere,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        here = [f"learner.max_groups={groups}", f"learner.demos_path={demos}", f"run_dir={tmp_path / 'run'}"]
+        try:
+            done = subprocess.run(_node(0, port, *here), capture_output=True, text=True, timeout=200, env=env)
+        except subprocess.TimeoutExpired as late:
+            node1.kill()
+            pytest.fail(f"node 0 hung: {late.output!r}\nnode 1: {node1.communicate()[0]}")
+        follower_out, _ = node1.communicate(timeout=60)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        assert node1.returncode == 0, follower_out[-4000:]
+        assert f"rank 1: stopped after {groups} groups" in follower_out
+    assert not (elsewhere / "runs").exists() and not Path("/nonexistent").exists()
+    metrics = read_learner_metrics(tmp_path / "run")
+    assert [m["group"] for m in metrics] == [1, 2, 3, 4, 5]  # the second run went on from group 3

@@ -14,7 +14,17 @@ from safetensors.torch import load_file, save_file
 
 from robotrl.config.learner import AlgorithmKind, RapiConfig
 from robotrl.learner.algorithms import build_algorithm
-from robotrl.learner.distributed import SINGLE, Ranks, _decode, _encode, _shard, check_same_state, follow
+from robotrl.learner.distributed import (
+    SINGLE,
+    Ranks,
+    _decode,
+    _encode,
+    _pack_state,
+    _shard,
+    _unpack_state,
+    follow,
+    share_state,
+)
 from robotrl.learner.main import build_learner
 from robotrl.transport.inproc import DroppedWeights, TransitionQueue
 
@@ -72,7 +82,7 @@ def _train(
             learner.ingest(
                 episode_batch("a", episode, range(20), end="terminated", rewards=rewards * episode)
             )
-        check_same_state(ranks, learner.algorithm)
+        share_state(ranks, learner.algorithm, torch.device("cpu"))
         counters = learner.run(GROUPS)
         learner.online.close()
         learner.anchor.close()
@@ -80,10 +90,10 @@ def _train(
         published = torch.tensor([weights.sent, counters.policy_version, counters.groups])
     else:
         algorithm = build_algorithm(cfg.learner, policy, torch.device("cpu"), 2, {}, ranks)
-        if apart:  # as a rank that loaded another checkpoint
+        if apart:  # as a rank that was given another checkpoint or seed
             with torch.no_grad():
                 next(policy.parameters()).add_(1.0)
-        check_same_state(ranks, algorithm)
+        share_state(ranks, algorithm, torch.device("cpu"))
         published = torch.tensor([0, 0, follow(algorithm, ranks, cfg.learner.guard.max_nonfinite_groups)])
     save_file({**_state(algorithm), "published": published}, f"{out}/rank{rank}.safetensors")
     if ranks.parallel:
@@ -149,9 +159,40 @@ def test_a_checkpoint_of_two_ranks_resumes_on_one(tmp_path: Path):
         learner.anchor.close()
 
 
-def test_ranks_that_start_from_different_weights_refuse_to_train(tmp_path: Path):
-    with pytest.raises(AssertionError, match="exit codes"):
-        _launch(tmp_path, "apart", 2, "rapi", batch=8, apart=True)
+def test_a_rank_that_starts_apart_takes_rank_zeros_state_and_trains_the_same_weights(tmp_path: Path):
+    rank0, rank1 = _launch(tmp_path, "apart", 2, "rapi", batch=8, apart=True)
+    together, _ = _launch(tmp_path, "together", 2, "rapi", batch=8)
+    nets = [k for k in rank0 if k != "published"]
+    assert all(torch.equal(rank0[k], rank1[k]) for k in nets)
+    assert all(torch.equal(rank0[k], together[k]) for k in nets)  # as if it had never been apart
+
+
+def test_a_learner_state_crosses_between_ranks_as_it_was():
+    # An optimiser's state: int keys, tuples, 0-d step tensors; arrays and numpy scalars beside.
+    net = torch.nn.Linear(3, 2)
+    adam = torch.optim.Adam(net.parameters(), lr=1e-3)
+    net(torch.ones(4, 3)).sum().backward()
+    adam.step()
+    state = {
+        "policy": net.state_dict(),
+        "optimizer": adam.state_dict(),
+        "mean": np.arange(3, dtype=np.float64),
+        "count": np.int64(7),
+        "names": ("a", None, 1.5),
+    }
+    back = _unpack_state(_pack_state(state), torch.device("cpu"))
+    assert back["optimizer"]["param_groups"][0]["betas"] == adam.state_dict()["param_groups"][0]["betas"]
+    assert set(back["optimizer"]["state"]) == {0, 1}  # int keys stay ints, as load_state_dict maps them
+    step = back["optimizer"]["state"][0]["step"]
+    assert step.dim() == 0 and step.item() == 1
+    fresh = torch.optim.Adam(torch.nn.Linear(3, 2).parameters(), lr=1e-3)
+    fresh.load_state_dict(back["optimizer"])
+    assert torch.equal(fresh.state_dict()["state"][1]["exp_avg"], adam.state_dict()["state"][1]["exp_avg"])
+    assert all(torch.equal(back["policy"][k], v) for k, v in net.state_dict().items())
+    assert back["mean"].dtype == np.float64 and back["mean"].tolist() == [0.0, 1.0, 2.0]
+    assert back["count"] == 7 and back["names"] == ("a", None, 1.5)
+    with pytest.raises(TypeError, match="cannot share"):
+        _pack_state({"odd": object()})
 
 
 def test_a_shard_crosses_as_safetensors_bytes_with_its_dtypes_and_task_strings():
