@@ -39,7 +39,7 @@ from robotrl.bench.learner import Stream, _default_policy, bench_config, bench_s
 from robotrl.bench.report import report
 from robotrl.core.protocols import Algorithm
 from robotrl.learner.algorithms import build_algorithm
-from robotrl.learner.distributed import SINGLE, BatchScatter, Ranks, backend, follow, share_state
+from robotrl.learner.distributed import SINGLE, BatchScatter, Ranks, backend, follow, leave, share_state
 from robotrl.learner.main import build_learner
 from robotrl.learner.prefetch import Prefetcher
 from robotrl.learner.samples import Batch
@@ -124,7 +124,7 @@ def _rank(rank: int, world: int, store: str, threads: int, seconds: float, quick
         share_state(ranks, algorithm, device)
         follow(algorithm, ranks, cfg.learner.guard.max_nonfinite_groups)
         _allreduce_ms(ranks, _trainable(policy, algorithm), device)
-        dist.destroy_process_group()
+        leave(ranks)
         return
     per_group = cfg.learner.rapi.critic_updates_per_group + cfg.learner.actor_updates_per_group
     with tempfile.TemporaryDirectory(prefix="robotrl-bench-ranks-") as tmp:
@@ -174,8 +174,7 @@ def _rank(rank: int, world: int, store: str, threads: int, seconds: float, quick
         _trainable(policy, learner.algorithm),
     )
     Path(out).write_text(json.dumps(asdict(times)))
-    if ranks.parallel:
-        dist.destroy_process_group()
+    leave(ranks)
 
 
 def _measure(world: int, seconds: float, quick: bool) -> RankTimes:

@@ -23,6 +23,7 @@ from robotrl.learner.distributed import (
     _shard,
     _unpack_state,
     follow,
+    leave,
     share_state,
 )
 from robotrl.learner.main import build_learner
@@ -96,8 +97,7 @@ def _train(
         share_state(ranks, algorithm, torch.device("cpu"))
         published = torch.tensor([0, 0, follow(algorithm, ranks, cfg.learner.guard.max_nonfinite_groups)])
     save_file({**_state(algorithm), "published": published}, f"{out}/rank{rank}.safetensors")
-    if ranks.parallel:
-        torch.distributed.destroy_process_group()
+    leave(ranks)
 
 
 def _launch(
