@@ -22,6 +22,7 @@ from robotrl.learner.distributed import (
     _pack_state,
     _shard,
     _unpack_state,
+    backend,
     follow,
     leave,
     share_state,
@@ -37,28 +38,38 @@ def _state(algorithm: object) -> dict[str, torch.Tensor]:
     """The trained networks of ``algorithm``, flat (policy and, after an update, its gradients;
     for RAPI, critic and target)."""
     policy = algorithm.policy  # type: ignore[attr-defined]
-    out = {f"policy.{k}": v.detach().clone() for k, v in policy.state_dict().items()}
+    out = {f"policy.{k}": v.detach().cpu().clone() for k, v in policy.state_dict().items()}
     # The last update's gradients: a loss of the wrong scale still steps Adam alike, not these.
     grads = {k: p.grad for k, p in policy.named_parameters() if p.grad is not None}
-    out.update({f"grad.{k}": g.detach().clone() for k, g in grads.items()})
+    out.update({f"grad.{k}": g.detach().cpu().clone() for k, g in grads.items()})
     for name in ("critic", "target"):
         net = getattr(algorithm, name, None)
         if net is not None:
-            out.update({f"{name}.{k}": v.detach().clone() for k, v in net.state_dict().items()})
+            out.update({f"{name}.{k}": v.detach().cpu().clone() for k, v in net.state_dict().items()})
     return out
 
 
 def _train(
-    rank: int, world: int, store: str, run_dir: str, out: str, kind: str, batch: int, apart: bool
+    rank: int,
+    world: int,
+    store: str,
+    run_dir: str,
+    out: str,
+    kind: str,
+    batch: int,
+    apart: bool,
+    device: str = "cpu",
 ) -> None:
     """One rank of a learner: rank 0 the full learner on four stored episodes, others followers
     (with ``apart``, rank 1's policy moved off rank 0's after building); each writes its final
     networks (and rank 0 the versions it published) to ``out``."""
     torch.set_num_threads(1)
     ranks = SINGLE
+    if device == "cuda":
+        torch.cuda.set_device(rank)
     if world > 1:
         torch.distributed.init_process_group(
-            "gloo", init_method=f"file://{store}", rank=rank, world_size=world
+            backend(torch.device(device)), init_method=f"file://{store}", rank=rank, world_size=world
         )
         ranks = Ranks(rank, world)
     torch.manual_seed(0)
@@ -70,6 +81,7 @@ def _train(
         algorithm=AlgorithmKind(kind),
         actor_updates_per_group=2,
         image_shift=0,
+        device=device,
     )
     policy = MLPChunkPolicy(2, 4, 3)
     if ranks.is_main:
@@ -83,25 +95,25 @@ def _train(
             learner.ingest(
                 episode_batch("a", episode, range(20), end="terminated", rewards=rewards * episode)
             )
-        share_state(ranks, learner.algorithm, torch.device("cpu"))
+        share_state(ranks, learner.algorithm, torch.device(device))
         counters = learner.run(GROUPS)
         learner.online.close()
         learner.anchor.close()
         algorithm = learner.algorithm
         published = torch.tensor([weights.sent, counters.policy_version, counters.groups])
     else:
-        algorithm = build_algorithm(cfg.learner, policy, torch.device("cpu"), 2, {}, ranks)
+        algorithm = build_algorithm(cfg.learner, policy, torch.device(device), 2, {}, ranks)
         if apart:  # as a rank that was given another checkpoint or seed
             with torch.no_grad():
                 next(policy.parameters()).add_(1.0)
-        share_state(ranks, algorithm, torch.device("cpu"))
+        share_state(ranks, algorithm, torch.device(device))
         published = torch.tensor([0, 0, follow(algorithm, ranks, cfg.learner.guard.max_nonfinite_groups)])
     save_file({**_state(algorithm), "published": published}, f"{out}/rank{rank}.safetensors")
     leave(ranks)
 
 
 def _launch(
-    tmp: Path, name: str, world: int, kind: str, batch: int, apart: bool = False
+    tmp: Path, name: str, world: int, kind: str, batch: int, apart: bool = False, device: str = "cpu"
 ) -> list[dict[str, torch.Tensor]]:
     """Run ``world`` ranks in spawned processes; every rank's written state, rank order."""
     folder = tmp / name
@@ -110,7 +122,17 @@ def _launch(
     procs = [
         ctx.Process(
             target=_train,
-            args=(r, world, str(folder / "store"), str(folder / "run"), str(folder), kind, batch, apart),
+            args=(
+                r,
+                world,
+                str(folder / "store"),
+                str(folder / "run"),
+                str(folder),
+                kind,
+                batch,
+                apart,
+                device,
+            ),
         )
         for r in range(world)
     ]
@@ -141,6 +163,17 @@ def test_two_ranks_hold_bitwise_equal_weights_equal_to_one_rank_with_twice_the_b
     sent, version, groups = rank0["published"].tolist()
     assert (sent, version, groups) == (GROUPS, GROUPS, GROUPS)  # rank 0 publishes once per group
     assert rank1["published"].tolist() == [0, 0, GROUPS]  # the follower ran every group, sent nothing
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["rapi", "bc"])
+def test_two_nccl_ranks_on_two_gpus_hold_bitwise_equal_weights(tmp_path: Path, kind: str):
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    rank0, rank1 = _launch(tmp_path, "two", 2, kind, batch=8, device="cuda")
+    nets = [k for k in rank0 if k != "published"]
+    assert nets and all(torch.equal(rank0[k], rank1[k]) for k in nets)
+    assert rank0["published"].tolist() == [GROUPS] * 3 and rank1["published"].tolist() == [0, 0, GROUPS]
 
 
 def test_a_checkpoint_of_two_ranks_resumes_on_one(tmp_path: Path):
