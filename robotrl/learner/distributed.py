@@ -231,16 +231,17 @@ class BatchScatter:
         batch = self.sample()
         if not self.ranks.parallel:
             return batch
-        shards = [_shard(batch, r, self.ranks.world) for r in range(self.ranks.world)]
-        payloads = [torch.frombuffer(bytearray(_encode(s)), dtype=torch.uint8) for s in shards]
-        sizes = torch.tensor([p.numel() for p in payloads], dtype=torch.int64)
+        mine = _shard(batch, 0, self.ranks.world)
+        payloads = [_encode(_shard(batch, r, self.ranks.world)) for r in range(1, self.ranks.world)]
+        sizes = torch.tensor([0, *map(len, payloads)], dtype=torch.int64)
         dist.broadcast(sizes, 0)
-        padded = [torch.zeros(int(sizes.max()), dtype=torch.uint8) for _ in payloads]
+        longest = int(sizes.max())
+        padded = [torch.empty(longest, dtype=torch.uint8) for _ in payloads]
         for buf, payload in zip(padded, payloads, strict=True):
-            buf[: payload.numel()] = payload
-        out = torch.empty(int(sizes.max()), dtype=torch.uint8)
-        dist.scatter(out, padded, src=0)
-        return shards[0]
+            buf.numpy()[: len(payload)] = np.frombuffer(payload, np.uint8)  # one copy, no zeroing
+        # Rank 0's own slot: any tensor of the size (scatter wants one per rank); it keeps ``mine``.
+        dist.scatter(torch.empty(longest, dtype=torch.uint8), [padded[0], *padded], src=0)
+        return mine
 
 
 def receive_shard(ranks: Ranks) -> Batch:
