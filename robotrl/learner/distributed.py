@@ -32,6 +32,7 @@ from safetensors.torch import save as save_tensors
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from robotrl.config.load import ConfigError
 from robotrl.core.protocols import Algorithm
 from robotrl.learner.guard import UpdateGuard
 
@@ -126,7 +127,14 @@ def init_ranks(device: torch.device) -> Ranks:
     if world <= 1:
         return SINGLE
     if device.type == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        local, gpus = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+        if local >= gpus:
+            raise ConfigError(
+                f"learner rank {os.environ.get('RANK', local)} is this host's rank {local} on CUDA, "
+                f"but the host has {gpus} GPU(s): start at most one rank per GPU "
+                "(launch.learner_ranks, or torchrun --nproc-per-node)"
+            )
+        torch.cuda.set_device(local)
     if not dist.is_initialized():
         dist.init_process_group(backend(device), timeout=WAIT)
     return Ranks(dist.get_rank(), dist.get_world_size())

@@ -13,6 +13,7 @@ from learner_doubles import MLPChunkPolicy, episode_batch, small_learner_config,
 from safetensors.torch import load_file, save_file
 
 from robotrl.config.learner import AlgorithmKind, RapiConfig
+from robotrl.config.load import ConfigError
 from robotrl.learner.algorithms import build_algorithm
 from robotrl.learner.distributed import (
     SINGLE,
@@ -24,6 +25,7 @@ from robotrl.learner.distributed import (
     _unpack_state,
     backend,
     follow,
+    init_ranks,
     leave,
     share_state,
 )
@@ -241,3 +243,16 @@ def test_a_shard_crosses_as_safetensors_bytes_with_its_dtypes_and_task_strings()
     for key in ("observation.state", "policy_version", "done"):
         assert back[key].dtype == batch[key].dtype
         np.testing.assert_array_equal(back[key], batch[key][1::2])
+
+
+def test_more_cuda_ranks_than_gpus_is_a_config_error_before_any_gpu_is_touched(monkeypatch):
+    # torchrun's second rank on a one-GPU host (the GPU count is faked: there is none here).
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda _: pytest.fail("a GPU was selected"))
+    with pytest.raises(
+        ConfigError, match=r"learner rank 1 .* the host has 1 GPU\(s\): start at most one rank per GPU"
+    ):
+        init_ranks(torch.device("cuda"))
