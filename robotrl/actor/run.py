@@ -18,10 +18,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from robotrl.actor.compose import ActorParts, compose_actor
 from robotrl.actor.loop import EpisodeResult
+from robotrl.actor.realtime import realtime_thread
 from robotrl.actor.recorder import TransitionSink
 from robotrl.actor.report import chunk_too_short, summarize
 from robotrl.config.schema import RobotRLConfig
@@ -73,7 +81,7 @@ def _run_with_progress(
 ) -> None:
     """The episodes, appended to ``results`` as they end; Ctrl-C ends the episode at the next
     tick (the arm holds), then stops; an episode that failed stops too."""
-    loop, pace = parts.loop, parts.pace
+    loop = parts.loop
     stop = threading.Event()
 
     def on_interrupt(*_: object) -> None:
@@ -84,27 +92,43 @@ def _run_with_progress(
     columns = (TextColumn(title), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"))
     try:
         with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True)) as progress:
-            total = cfg.actor.episodes or None
-            task = progress.add_task(title, total=total, status="")
-            for i in itertools.count() if total is None else range(total):
-                if stop.is_set():
-                    break
-                if pace is not None and not pace.gave_up and pace.wanted(i) > parts.backend.newest_version():
-                    progress.update(task, status=f"waiting for the learner's v{pace.wanted(i)}")
-                    pace.before_episode(i, stop)
-                    if stop.is_set():
-                        break
-                result = loop.run_episode(i, seed=cfg.actor.seed + i)
-                results.append(result)
-                wins = sum(r.success for r in results)
-                progress.update(task, advance=1, status=f"success {wins}/{len(results)}")
-                if on_episode is not None:
-                    on_episode(results)
-                if result.failure:
-                    log.error("episode %d stopped: %s", i, result.failure)
-                    break
+            task = progress.add_task(title, total=cfg.actor.episodes or None, status="")
+            realtime = 0 if cfg.actor.virtual_time else cfg.actor.realtime_priority
+            with realtime_thread(realtime):
+                _episodes(cfg, parts, progress, task, stop, results, on_episode)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _episodes(
+    cfg: RobotRLConfig,
+    parts: ActorParts,
+    progress: Progress,
+    task: TaskID,
+    stop: threading.Event,
+    results: list[EpisodeResult],
+    on_episode: Callable[[Sequence[EpisodeResult]], None] | None,
+) -> None:
+    """Episodes until the configured number, a stop or a failure."""
+    loop, pace = parts.loop, parts.pace
+    total = cfg.actor.episodes or None
+    for i in itertools.count() if total is None else range(total):
+        if stop.is_set():
+            break
+        if pace is not None and not pace.gave_up and pace.wanted(i) > parts.backend.newest_version():
+            progress.update(task, status=f"waiting for the learner's v{pace.wanted(i)}")
+            pace.before_episode(i, stop)
+            if stop.is_set():
+                break
+        result = loop.run_episode(i, seed=cfg.actor.seed + i)
+        results.append(result)
+        wins = sum(r.success for r in results)
+        progress.update(task, advance=1, status=f"success {wins}/{len(results)}")
+        if on_episode is not None:
+            on_episode(results)
+        if result.failure:
+            log.error("episode %d stopped: %s", i, result.failure)
+            break
 
 
 def _add_findings(

@@ -1,21 +1,26 @@
 """`robotrl bench actor`: our actor against lerobot's asynchronous inference, same arm, same policy.
 
-Both drive the simulated SO-101 (reach task, one 96x96 camera) at 50 Hz in wall-clock
-time with the same ACT policy (random weights, built offline), whose inference is held
-to at least three control periods (60 ms): lerobot's policy server by its own
+Both drive the simulated SO-101 (reach task, one 96x96 camera) in wall-clock time at each
+of :data:`RATES` with the same ACT policy (random weights, built offline), whose inference
+is held to at least three control periods: lerobot's policy server by its own
 ``inference_latency`` setting, ours by a padding wrapper in the inference worker. Our
 actor also receives new weights every 2 s through the real weight link and swaps them
-between inferences; lerobot's client has no way to take new weights while it runs.
+between inferences; lerobot's client has no way to take new weights while it runs. A
+learner runs update groups on the same cores the whole time (:func:`_busy_learner`), as it
+does beside an actor on a small host.
 
 Both are measured the same way, from the timestamps of their control ticks:
-``ticks_lost`` (ticks a 50 Hz clock would have run minus ticks run), interval jitter
-(``|interval - dt|``, p50 and p99), and starved ticks (a tick with no action to
-send, after the first action arrived). Our loop's own deadline accounting is
-reported too. 60 s each (15 s with ``--quick``).
+``ticks_lost`` (ticks the rate's clock would have run minus ticks run), interval jitter
+(``|interval - dt|``, p50, p99 and max), starved ticks (a tick with no action to send,
+after the first action arrived) and the garbage collections seen in the control loop's
+process (count and longest pause). Our loop's own deadline accounting and lateness are
+reported too. 60 s per side and rate (15 s with ``--quick``).
 """
 
 from __future__ import annotations
 
+import gc
+import math
 import multiprocessing as mp
 import os
 import socket
@@ -24,7 +29,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +40,10 @@ import numpy.typing as npt
 from robotrl.bench.report import report
 from robotrl.core.types import FloatArray, Observation
 
-HZ = 50.0
-MIN_INFER_S = 3 / HZ
+RATES = (100.0, 200.0)
+"""Control rates measured, Hz."""
+INFER_PERIODS = 3
+"""Inference is held to at least this many control periods."""
 HORIZON = 50
 JOINTS = 6
 IMAGE = 96
@@ -127,7 +135,12 @@ def padded_act(path: str, min_infer_s: float) -> PaddedPolicy:
 def interval_stats(times: npt.NDArray[np.float64], dt: float) -> dict[str, Any]:
     """Ticks lost against an ideal clock, and interval jitter, from tick start times."""
     if len(times) < 2:
-        return {"ticks_lost": 0, "interval_jitter_p50_ms": 0.0, "interval_jitter_p99_ms": 0.0}
+        return {
+            "ticks_lost": 0,
+            "interval_jitter_p50_ms": 0.0,
+            "interval_jitter_p99_ms": 0.0,
+            "interval_jitter_max_ms": 0.0,
+        }
     intervals = np.diff(times)
     expected = round((times[-1] - times[0]) / dt) + 1
     jitter = np.abs(intervals - dt) * 1e3
@@ -135,10 +148,81 @@ def interval_stats(times: npt.NDArray[np.float64], dt: float) -> dict[str, Any]:
         "ticks_lost": max(expected - len(times), 0),
         "interval_jitter_p50_ms": float(np.quantile(jitter, 0.5)),
         "interval_jitter_p99_ms": float(np.quantile(jitter, 0.99)),
+        "interval_jitter_max_ms": float(jitter.max()),
     }
 
 
-# -- ours -------------------------------------------------------------------------------
+@contextmanager
+def gc_pauses() -> Iterator[list[tuple[float, float]]]:
+    """(start, duration) in seconds of every garbage collection this process runs inside the block."""
+    pauses: list[tuple[float, float]] = []
+    started = [0.0]
+
+    def on_gc(phase: str, _info: Mapping[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pauses.append((started[0], time.perf_counter() - started[0]))
+
+    gc.callbacks.append(on_gc)
+    try:
+        yield pauses
+    finally:
+        gc.callbacks.remove(on_gc)
+
+
+def gc_stats(pauses: list[tuple[float, float]], since: float) -> dict[str, Any]:
+    """Collections from the first control tick on (start-up's deliberate collection is not one)."""
+    seen = [duration for start, duration in pauses if start >= since]
+    return {"gc_collections": len(seen), "gc_max_pause_ms": max(seen, default=0.0) * 1e3}
+
+
+class FirstTick:
+    """A loop observer that notes when the first control tick ran."""
+
+    def __init__(self) -> None:
+        self.time = math.inf
+
+    def on_tick(self, *_args: object) -> None:
+        if self.time == math.inf:
+            self.time = time.perf_counter()
+
+    def on_chunk(self, *_args: object) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+# -- the load: a learner and its weights -------------------------------------------------
+
+
+def _busy_learner(stop: Any, ready: Any, updates: Any) -> None:
+    """In a child process: `robotrl bench learner`'s learner (small policy, batch 256, a critic
+    reading two cameras) running update groups until ``stop``, with the library's default threads."""
+    from robotrl.bench import learner as bench
+    from robotrl.learner.main import build_learner
+    from robotrl.policy import build_policy
+    from robotrl.transport.inproc import DroppedWeights, TransitionQueue
+
+    cfg = bench.bench_config(quick=True)
+    spec = bench.bench_spec()
+    with tempfile.TemporaryDirectory(prefix="robotrl-bench-actor-learner-") as tmp:
+        cfg.run_dir = tmp
+        learner = build_learner(
+            cfg, build_policy(cfg.policy, spec), spec, TransitionQueue(maxsize=8), DroppedWeights(), False
+        )
+        stream = bench.Stream(np.random.default_rng(0))
+        for _ in range(8):
+            learner.ingest(stream.next())
+        per_group = cfg.learner.rapi.critic_updates_per_group + cfg.learner.actor_updates_per_group
+        ready.set()
+        while not stop.is_set():
+            learner.algorithm.update_group(learner.next_batch)
+            with updates.get_lock():
+                updates.value += per_group
+        learner.online.close()
+        learner.anchor.close()
 
 
 def _learner_publishing(act_dir: str, endpoint: str, stop: Any) -> None:
@@ -155,25 +239,68 @@ def _learner_publishing(act_dir: str, endpoint: str, stop: Any) -> None:
         publisher.close()
 
 
-def run_ours(act_dir: Path, seconds: float, workdir: Path) -> dict[str, Any]:
+class BusyLearner:
+    """The learner process of :func:`_busy_learner`, started and stopped around a measurement."""
+
+    def __init__(self) -> None:
+        ctx = mp.get_context("spawn")
+        self._stop, self._ready = ctx.Event(), ctx.Event()
+        self._updates = ctx.Value("q", 0)
+        self._process = ctx.Process(
+            target=_busy_learner, args=(self._stop, self._ready, self._updates), daemon=True
+        )
+
+    def __enter__(self) -> BusyLearner:
+        self._process.start()
+        deadline = time.monotonic() + 300
+        while not self._ready.wait(timeout=0.5):
+            if not self._process.is_alive():
+                raise RuntimeError(
+                    f"the busy learner exited with code {self._process.exitcode} before updating"
+                )
+            if time.monotonic() > deadline:
+                self._process.kill()
+                raise RuntimeError("the busy learner did not start its updates within 300 s")
+        return self
+
+    @property
+    def updates(self) -> int:
+        return int(self._updates.value)
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._process.join(timeout=60)
+        if self._process.is_alive():
+            self._process.kill()
+
+
+# -- ours -------------------------------------------------------------------------------
+
+
+def run_ours(
+    act_dir: Path, hz: float, seconds: float, workdir: Path, realtime_priority: int = 0
+) -> dict[str, Any]:
+    """Our actor for ``seconds``; its loop's thread at SCHED_FIFO ``realtime_priority`` (0: normal),
+    as ``actor.realtime_priority`` runs it. Raises RealtimeError where that is not permitted."""
     from robotrl.actor.compose import build_loop
+    from robotrl.actor.realtime import realtime_thread
     from robotrl.actor.worker import ProcessInference, WorkerSpec
     from robotrl.config.actor import ActorConfig, Strategy
     from robotrl.config.env import EnvConfig
     from robotrl.sim import make_env
 
-    ticks = int(seconds * HZ)
+    ticks = int(seconds * hz)
     env = make_env(
-        EnvConfig(id=TASK, control_hz=HZ, max_episode_ticks=ticks, cameras=["front"], image_size=IMAGE)
+        EnvConfig(id=TASK, control_hz=hz, max_episode_ticks=ticks, cameras=["front"], image_size=IMAGE)
     )
-    endpoint = f"ipc://{workdir}/weights.sock"
+    endpoint = f"ipc://{workdir}/weights-{hz:g}.sock"
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     learner = ctx.Process(target=_learner_publishing, args=(str(act_dir), endpoint, stop), daemon=True)
     learner.start()
     spec = WorkerSpec(
         "robotrl.bench.actor:padded_act",
-        {"path": str(act_dir), "min_infer_s": MIN_INFER_S},
+        {"path": str(act_dir), "min_infer_s": INFER_PERIODS / hz},
         weights_factory="robotrl.actor.compose:subscriber_for_worker",
         weights_kwargs={
             "transport": {"weights_endpoint": endpoint, "transitions_endpoint": f"ipc://{workdir}/t"},
@@ -184,18 +311,23 @@ def run_ours(act_dir: Path, seconds: float, workdir: Path) -> dict[str, Any]:
     )
     backend = ProcessInference(spec)
     cfg = ActorConfig(strategy=Strategy.prefix, virtual_time=False)
-    loop = build_loop(env, backend, cfg, backend.info.horizon, latency=None, max_prefix=HORIZON - 1)
+    first_tick = FirstTick()
+    loop = build_loop(
+        env, backend, cfg, backend.info.horizon, latency=None, max_prefix=HORIZON - 1, observer=first_tick
+    )
     try:
-        result = loop.run_episode(0, seed=0)
+        with realtime_thread(realtime_priority, "realtime_priority"), gc_pauses() as pauses:
+            result = loop.run_episode(0, seed=0)
     finally:
         stop.set()
         backend.close()
         learner.join(timeout=10)
         env.close()
-    dt = 1.0 / HZ
+    dt = 1.0 / hz
     lateness = np.array(result.lateness_ms) / 1e3
     starts = np.arange(len(lateness)) * dt + lateness  # tick start times on the loop's own clock
     out = interval_stats(starts, dt)
+    out.update(gc_stats(pauses, first_tick.time))
     out.update(
         ticks=result.ticks,
         missed_deadlines=result.missed_deadlines,
@@ -228,7 +360,7 @@ serve(PolicyServerConfig(host="127.0.0.1", port=int(sys.argv[1]), fps=int(sys.ar
 """
 
 
-def _lerobot_client(act_dir: str, port: int, seconds: float, out: Any, workdir: str) -> None:
+def _lerobot_client(act_dir: str, port: int, hz: float, seconds: float, out: Any, workdir: str) -> None:
     """In a child process: lerobot's RobotClient driving the sim robot, its ticks timestamped."""
     import logging
 
@@ -249,7 +381,7 @@ def _lerobot_client(act_dir: str, port: int, seconds: float, out: Any, workdir: 
             ticks.append((time.perf_counter(), available))  # called once at the start of every loop tick
             return available
 
-    robot = SO101SimConfig(task=TASK, sim_cameras=["front"], image_size=IMAGE, control_hz=HZ)
+    robot = SO101SimConfig(task=TASK, sim_cameras=["front"], image_size=IMAGE, control_hz=hz)
     cfg = RobotClientConfig(
         policy_type="act",
         pretrained_name_or_path=act_dir,
@@ -257,7 +389,7 @@ def _lerobot_client(act_dir: str, port: int, seconds: float, out: Any, workdir: 
         actions_per_chunk=HORIZON,
         task="reach",
         server_address=f"127.0.0.1:{port}",
-        fps=int(HZ),
+        fps=int(hz),
     )
     client = TimedClient(cfg)
     if not client.start():
@@ -267,17 +399,18 @@ def _lerobot_client(act_dir: str, port: int, seconds: float, out: Any, workdir: 
     receiver.start()
     threading.Timer(seconds, client.shutdown_event.set).start()
     try:
-        client.control_loop(task="reach")
+        with gc_pauses() as pauses:
+            client.control_loop(task="reach")
     finally:
         client.stop()
-    out.put({"ticks": ticks})
+    out.put({"ticks": ticks, "gc_pauses": pauses})
 
 
-def run_lerobot(act_dir: Path, seconds: float, workdir: Path) -> dict[str, Any]:
+def run_lerobot(act_dir: Path, hz: float, seconds: float, workdir: Path) -> dict[str, Any]:
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the same one inference thread our worker gets
     server = subprocess.Popen(
-        [sys.executable, "-c", _SERVER, str(port), str(int(HZ)), str(MIN_INFER_S)],
+        [sys.executable, "-c", _SERVER, str(port), str(int(hz)), str(INFER_PERIODS / hz)],
         env=env,
         cwd=workdir,  # lerobot writes its log files into the working directory
         stdout=subprocess.DEVNULL,
@@ -286,7 +419,9 @@ def run_lerobot(act_dir: Path, seconds: float, workdir: Path) -> dict[str, Any]:
     try:
         ctx = mp.get_context("spawn")
         queue = ctx.Queue()
-        client = ctx.Process(target=_lerobot_client, args=(str(act_dir), port, seconds, queue, str(workdir)))
+        client = ctx.Process(
+            target=_lerobot_client, args=(str(act_dir), port, hz, seconds, queue, str(workdir))
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # wait for the server's port
             with socket.socket() as s:
@@ -304,53 +439,98 @@ def run_lerobot(act_dir: Path, seconds: float, workdir: Path) -> dict[str, Any]:
     times = np.array([t for t, _ in got["ticks"]])
     available = [a for _, a in got["ticks"]]
     first = available.index(True) if True in available else len(available)
-    out = interval_stats(times, 1.0 / HZ)
+    out = interval_stats(times, 1.0 / hz)
+    out.update(gc_stats(got["gc_pauses"], times[0] if len(times) else math.inf))
     out.update(ticks=len(times), starved_ticks=available[first:].count(False))
     return out
 
 
+SIDES = ("robotrl", "robotrl_realtime", "lerobot")
+"""The columns: our actor as configured by default, with ``actor.realtime_priority`` =
+:data:`REALTIME_PRIORITY`, and lerobot's async inference."""
+REALTIME_PRIORITY = 50
+
+
+def _rows(hz: float, sides: Mapping[str, Mapping[str, Any]]) -> list[list[Any]]:
+    def row(label: str, key: str) -> list[Any]:
+        values = [sides[side].get(key, "-") for side in SIDES]
+        return [f"{hz:g} Hz {label}", *(round(v, 3) if isinstance(v, float) else v for v in values)]
+
+    return [
+        row("ticks run", "ticks"),
+        row("ticks lost (vs the rate's clock)", "ticks_lost"),
+        row("missed deadlines (our loop's count)", "missed_deadlines"),
+        row("interval jitter p50 (ms)", "interval_jitter_p50_ms"),
+        row("interval jitter p99 (ms)", "interval_jitter_p99_ms"),
+        row("interval jitter max (ms)", "interval_jitter_max_ms"),
+        row("lateness p99 (ms)", "lateness_p99_ms"),
+        row("starved ticks after warm-up", "starved_ticks"),
+        row("gc collections in the loop's process", "gc_collections"),
+        row("longest gc pause (ms)", "gc_max_pause_ms"),
+        row("weight swaps (every 2 s)", "swaps"),
+    ]
+
+
+def _summary(side: Mapping[str, Any]) -> dict[str, Any]:
+    """One side's figures for the JSON line; ours count a late command and a lost tick alike."""
+    keys = {
+        "interval_jitter_p50_ms": "jitter_p50_ms",
+        "interval_jitter_p99_ms": "jitter_p99_ms",
+        "interval_jitter_max_ms": "jitter_max_ms",
+        "lateness_p99_ms": "lateness_p99_ms",
+        "starved_ticks": "starved_ticks",
+        "gc_collections": "gc_collections",
+        "gc_max_pause_ms": "gc_max_pause_ms",
+        "swaps": "swaps",
+        "error": "error",
+    }
+    out = {name: side[key] for key, name in keys.items() if key in side}
+    if "ticks_lost" in side:
+        out["missed_deadlines"] = side["ticks_lost"] + side.get("missed_deadlines", 0)
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
+
+
+def _ours(act_dir: Path, hz: float, seconds: float, workdir: Path, priority: int) -> dict[str, Any]:
+    from robotrl.actor.realtime import RealtimeError
+
+    try:
+        ours = run_ours(act_dir, hz, seconds, workdir, priority)
+    except RealtimeError as exc:
+        return {"error": str(exc)}
+    ours["swaps"] = len(ours["versions_run"]) - 1
+    if ours["failure"]:
+        ours["error"] = ours["failure"]
+    return ours
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     seconds = 15.0 if quick else 60.0
-    with tempfile.TemporaryDirectory(prefix="robotrl-bench-actor-") as tmp:
+    rows: list[list[Any]] = []
+    result: dict[str, Any] = {"bench": "actor", "seconds": seconds}
+    errors: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="robotrl-bench-actor-") as tmp, BusyLearner() as learner:
         workdir = Path(tmp)
         act_dir = build_act(workdir / "act")
-        ours = run_ours(act_dir, seconds, workdir)
-        theirs = run_lerobot(act_dir, seconds, workdir)
-    rows = [
-        ["ticks run", ours["ticks"], theirs.get("ticks", "-")],
-        ["ticks lost (vs a 50 Hz clock)", ours["ticks_lost"], theirs.get("ticks_lost", "-")],
-        [
-            "interval jitter p50 (ms)",
-            round(ours["interval_jitter_p50_ms"], 3),
-            round(theirs.get("interval_jitter_p50_ms", 0), 3),
-        ],
-        [
-            "interval jitter p99 (ms)",
-            round(ours["interval_jitter_p99_ms"], 3),
-            round(theirs.get("interval_jitter_p99_ms", 0), 3),
-        ],
-        ["starved ticks after warm-up", ours["starved_ticks"], theirs.get("starved_ticks", "-")],
-        ["weight swaps (every 2 s)", len(ours["versions_run"]) - 1, "not supported"],
-    ]
-    result = {
-        "bench": "actor",
-        "missed_deadlines": ours["ticks_lost"] + ours["missed_deadlines"],
-        "jitter_p99_ms": round(ours["interval_jitter_p99_ms"], 3),
-        "starved_ticks": ours["starved_ticks"],
-        "lerobot_missed_deadlines": theirs.get("ticks_lost"),
-        "lerobot_jitter_p99_ms": round(theirs["interval_jitter_p99_ms"], 3)
-        if "interval_jitter_p99_ms" in theirs
-        else None,
-        "lerobot_starved_ticks": theirs.get("starved_ticks"),
-        "lateness_p99_ms": round(ours["lateness_p99_ms"], 3),
-        "policy_versions": ours["versions_run"],
-        "seconds": seconds,
-    }
-    if ours["failure"] or "error" in theirs:
-        result["errors"] = [e for e in (ours["failure"], theirs.get("error")) if e]
+        start, updates = time.perf_counter(), learner.updates
+        for hz in RATES:
+            sides = {
+                "robotrl": _ours(act_dir, hz, seconds, workdir, 0),
+                "robotrl_realtime": _ours(act_dir, hz, seconds, workdir, REALTIME_PRIORITY),
+                "lerobot": {**run_lerobot(act_dir, hz, seconds, workdir), "swaps": "not supported"},
+            }
+            rows += _rows(hz, sides)
+            result[f"hz_{hz:g}"] = {side: _summary(figures) for side, figures in sides.items()}
+            errors += [f"{hz:g} Hz {side}: {f['error']}" for side, f in sides.items() if "error" in f]
+        learner_rate = (learner.updates - updates) / (time.perf_counter() - start)
+    result["learner_updates_per_s"] = round(learner_rate, 2)
+    if errors:
+        result["errors"] = errors
+    rates = ", ".join(f"{hz:g}" for hz in RATES)
     report(
-        f"actor: 50 Hz wall clock, ACT held to >= {MIN_INFER_S * 1e3:.0f} ms inference, {seconds:.0f} s each",
-        ["metric", "robotrl", "lerobot async inference"],
+        f"actor: {rates} Hz wall clock, ACT held to >= {INFER_PERIODS} periods of inference, "
+        f"swaps every 2 s, a learner updating on the same cores ({learner_rate:.2f} updates/s), "
+        f"{seconds:.0f} s per side and rate",
+        ["metric", "robotrl", f"robotrl, SCHED_FIFO {REALTIME_PRIORITY}", "lerobot async inference"],
         rows,
         result,
     )

@@ -66,6 +66,11 @@ class ActorConfig:
     stopped publishing) the actor logs it and runs on unpaced."""
     seed: int = 0
     """Seed of the first episode; episode i uses seed + i."""
+    realtime_priority: int = field(default=0, metadata=bounds(ge=0, le=99, note="0: normal scheduling"))
+    """Wall clock, Linux: run the control loop's thread at this SCHED_FIFO priority (50 is what
+    ros2_control uses), so a busy learner on the same cores cannot delay its ticks (measured in
+    `robotrl bench actor`). Needs root or CAP_SYS_NICE; refused with a clear error otherwise.
+    The inference worker keeps normal scheduling."""
     max_inference_errors: int = field(default=3, metadata=bounds(gt=0))
     """Consecutive inference errors before the actor stops cleanly."""
     rerun_path: str | None = None
