@@ -164,6 +164,12 @@ def subscriber_for_worker(
     return WeightSubscriber.from_config(cfg, actor_id, expected=expected)
 
 
+def worker_priority(loop_priority: int) -> int:
+    """The inference worker's SCHED_FIFO priority: one below the control loop's, which must
+    never wait behind an inference (0: both normal)."""
+    return max(loop_priority - 1, 1) if loop_priority else 0
+
+
 def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[InferenceBackend, int, int]:
     """The inference backend for the configured mode, the policy's horizon, and the longest
     committed prefix to give it (see :func:`max_prefix`).
@@ -187,6 +193,7 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
         weights_layout=online,
         torch_threads=inference_threads(),
         action_bounds=[list(spec.action_low), list(spec.action_high)],
+        realtime_priority=worker_priority(cfg.actor.realtime_priority),
     )
     backend = ProcessInference(worker_spec)
     trained = backend.info.max_delay

@@ -5,8 +5,10 @@ a learner training on the same 2 cores, `robotrl bench actor` saw a 100 Hz loop 
 late at p99 and miss 12-18 deadlines in 15 s. A ``SCHED_FIFO`` thread preempts every normal
 one the moment its sleep ends (lateness p99 0.01-0.02 ms in the same bench), which is what
 real-time robot stacks (ros2_control's controller manager) give their control thread.
-Only the calling thread is raised, with ``SCHED_RESET_ON_FORK`` so the processes it starts (an
-inference worker) keep normal scheduling, and the previous policy comes back on exit.
+Only the calling thread is raised, with ``SCHED_RESET_ON_FORK`` so the processes it starts
+keep normal scheduling, and the previous policy comes back on exit. The inference worker
+raises its own inference thread one priority below the loop's (``WorkerSpec.realtime_priority``):
+the learner then cannot stretch an inference past the delay the loop planned for either.
 """
 
 from __future__ import annotations

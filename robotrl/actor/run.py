@@ -52,6 +52,9 @@ def run_episodes(
     ``on_episode`` sees the results so far after every episode (progress for a supervisor);
     ``observer`` watches every tick and chunk (a rerun recording).
     """
+    realtime = 0 if cfg.actor.virtual_time else cfg.actor.realtime_priority
+    with realtime_thread(realtime):
+        pass  # refused: the error now, before a worker or a link is started
     parts = compose_actor(cfg, sink, online, observer)
     spec = parts.env.spec
     results: list[EpisodeResult] = []

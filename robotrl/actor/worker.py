@@ -86,6 +86,10 @@ class WorkerSpec:
     action_bounds: list[list[float]] | None = None
     """[low, high] of the arm's actions: the committed rows of a pipelined request are clipped
     to them, as the arm executes them (``Continuations``); None: not clipped."""
+    realtime_priority: int = 0
+    """SCHED_FIFO priority of the thread that runs inferences (0: normal scheduling): a learner
+    on the same cores then cannot stretch an inference past the delay the loop planned for.
+    Weights load in their own thread at normal priority."""
 
 
 def _trained_max_delay(policy: ChunkPolicy) -> int:
@@ -183,27 +187,10 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
     gc.freeze()  # the policy's many objects are never scanned again: no long collection mid-inference
     sock.send_multipart(encode(ready_to_message(ready)))
     try:
-        while os.getppid() == parent:
-            events = dict(poller.poll(200))
-            if staged in events:
-                version = int(staged.recv())
-                sock.send_multipart(encode(staged_message(version)))
-            if sock not in events:
-                continue
-            try:
-                msg = decode(sock.recv_multipart(copy=False))
-                request = message_to_request(msg) if msg.kind == INFER else None
-            except WireError as exc:
-                log.warning("worker refuses an unreadable message: %s", exc)
-                continue
-            if msg.kind == STOP:
-                break
-            if request is None:
-                log.warning("worker ignores a %r message", msg.kind)
-                continue
-            slots.swap_if_staged()  # between two inferences, never during one
-            reply = run_inference(slots, request, continuations)
-            sock.send_multipart(encode(reply_to_message(reply)))
+        with contextlib.ExitStack() as priority:
+            if spec.realtime_priority:
+                _raise_priority(priority, spec.realtime_priority)
+            _answer(sock, staged, poller, slots, continuations, parent)
     finally:
         stop.set()
         if source is not None:
@@ -212,6 +199,49 @@ def serve(endpoint: str, spec: WorkerSpec) -> None:
         staged.close()
         sock.close()
         ctx.term()
+
+
+def _raise_priority(stack: contextlib.ExitStack[bool | None], priority: int) -> None:
+    """This thread at SCHED_FIFO ``priority`` until ``stack`` closes; refused, a warning and
+    normal scheduling (the actor made sure of the right before it started the worker)."""
+    from robotrl.actor.realtime import RealtimeError, realtime_thread
+
+    try:
+        stack.enter_context(realtime_thread(priority, "the inference worker's realtime_priority"))
+    except RealtimeError as exc:
+        log.warning("inferences run at normal priority: %s", exc)
+
+
+def _answer(
+    sock: zmq.Socket[bytes],
+    staged: zmq.Socket[bytes],
+    poller: zmq.Poller,
+    slots: PolicySlots,
+    continuations: Continuations,
+    parent: int,
+) -> None:
+    """Answer inference requests until told to stop or the parent is gone."""
+    while os.getppid() == parent:
+        events = dict(poller.poll(200))
+        if staged in events:
+            version = int(staged.recv())
+            sock.send_multipart(encode(staged_message(version)))
+        if sock not in events:
+            continue
+        try:
+            msg = decode(sock.recv_multipart(copy=False))
+            request = message_to_request(msg) if msg.kind == INFER else None
+        except WireError as exc:
+            log.warning("worker refuses an unreadable message: %s", exc)
+            continue
+        if msg.kind == STOP:
+            break
+        if request is None:
+            log.warning("worker ignores a %r message", msg.kind)
+            continue
+        slots.swap_if_staged()  # between two inferences, never during one
+        reply = run_inference(slots, request, continuations)
+        sock.send_multipart(encode(reply_to_message(reply)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -282,13 +282,15 @@ def run_ours(
 ) -> dict[str, Any]:
     """Our actor for ``seconds``; its loop's thread at SCHED_FIFO ``realtime_priority`` (0: normal),
     as ``actor.realtime_priority`` runs it. Raises RealtimeError where that is not permitted."""
-    from robotrl.actor.compose import build_loop
+    from robotrl.actor.compose import build_loop, worker_priority
     from robotrl.actor.realtime import realtime_thread
     from robotrl.actor.worker import ProcessInference, WorkerSpec
     from robotrl.config.actor import ActorConfig, Strategy
     from robotrl.config.env import EnvConfig
     from robotrl.sim import make_env
 
+    with realtime_thread(realtime_priority, "realtime_priority"):
+        pass  # refused: before any process starts
     ticks = int(seconds * hz)
     env = make_env(
         EnvConfig(id=TASK, control_hz=hz, max_episode_ticks=ticks, cameras=["front"], image_size=IMAGE)
@@ -308,6 +310,7 @@ def run_ours(
         },
         weights_layout=True,
         torch_threads=1,
+        realtime_priority=worker_priority(realtime_priority),
     )
     backend = ProcessInference(spec)
     cfg = ActorConfig(strategy=Strategy.prefix, virtual_time=False)

@@ -68,9 +68,10 @@ class ActorConfig:
     """Seed of the first episode; episode i uses seed + i."""
     realtime_priority: int = field(default=0, metadata=bounds(ge=0, le=99, note="0: normal scheduling"))
     """Wall clock, Linux: run the control loop's thread at this SCHED_FIFO priority (50 is what
-    ros2_control uses), so a busy learner on the same cores cannot delay its ticks (measured in
-    `robotrl bench actor`). Needs root or CAP_SYS_NICE; refused with a clear error otherwise.
-    The inference worker keeps normal scheduling."""
+    ros2_control uses) and the inference worker's at one below, so a busy learner on the same
+    cores can neither delay a tick nor stretch an inference (measured in `robotrl bench actor`).
+    Weights still load at normal priority. Needs root or CAP_SYS_NICE; refused at start with a
+    clear error otherwise."""
     max_inference_errors: int = field(default=3, metadata=bounds(gt=0))
     """Consecutive inference errors before the actor stops cleanly."""
     rerun_path: str | None = None
