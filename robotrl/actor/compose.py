@@ -164,10 +164,17 @@ def subscriber_for_worker(
     return WeightSubscriber.from_config(cfg, actor_id, expected=expected)
 
 
-def worker_priority(loop_priority: int) -> int:
+def loop_priority(cfg: RobotRLConfig) -> int:
+    """The control loop's SCHED_FIFO priority: ``actor.realtime_priority`` in wall-clock time
+    (virtual time has no deadline to keep), 0 for normal scheduling."""
+    return 0 if cfg.actor.virtual_time else cfg.actor.realtime_priority
+
+
+def worker_priority(loop: int) -> int:
     """The inference worker's SCHED_FIFO priority: one below the control loop's, which must
-    never wait behind an inference (0: both normal)."""
-    return max(loop_priority - 1, 1) if loop_priority else 0
+    never wait behind an inference (FIFO threads of equal priority do not preempt each other);
+    normal scheduling when the loop has the lowest real-time priority or none."""
+    return loop - 1 if loop > 1 else 0
 
 
 def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[InferenceBackend, int, int]:
@@ -193,7 +200,7 @@ def make_backend(cfg: RobotRLConfig, spec: EnvSpec, online: bool) -> tuple[Infer
         weights_layout=online,
         torch_threads=inference_threads(),
         action_bounds=[list(spec.action_low), list(spec.action_high)],
-        realtime_priority=worker_priority(cfg.actor.realtime_priority),
+        realtime_priority=worker_priority(loop_priority(cfg)),
     )
     backend = ProcessInference(worker_spec)
     trained = backend.info.max_delay

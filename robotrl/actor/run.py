@@ -27,9 +27,9 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from robotrl.actor.compose import ActorParts, compose_actor
+from robotrl.actor.compose import ActorParts, compose_actor, loop_priority
 from robotrl.actor.loop import EpisodeResult
-from robotrl.actor.realtime import realtime_thread
+from robotrl.actor.realtime import check_realtime, realtime_thread
 from robotrl.actor.recorder import TransitionSink
 from robotrl.actor.report import chunk_too_short, summarize
 from robotrl.config.schema import RobotRLConfig
@@ -52,9 +52,7 @@ def run_episodes(
     ``on_episode`` sees the results so far after every episode (progress for a supervisor);
     ``observer`` watches every tick and chunk (a rerun recording).
     """
-    realtime = 0 if cfg.actor.virtual_time else cfg.actor.realtime_priority
-    with realtime_thread(realtime):
-        pass  # refused: the error now, before a worker or a link is started
+    check_realtime(loop_priority(cfg))
     parts = compose_actor(cfg, sink, online, observer)
     spec = parts.env.spec
     results: list[EpisodeResult] = []
@@ -96,8 +94,7 @@ def _run_with_progress(
     try:
         with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True)) as progress:
             task = progress.add_task(title, total=cfg.actor.episodes or None, status="")
-            realtime = 0 if cfg.actor.virtual_time else cfg.actor.realtime_priority
-            with realtime_thread(realtime):
+            with realtime_thread(loop_priority(cfg)):
                 _episodes(cfg, parts, progress, task, stop, results, on_episode)
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -207,9 +207,9 @@ def _raise_priority(stack: contextlib.ExitStack[bool | None], priority: int) -> 
     from robotrl.actor.realtime import RealtimeError, realtime_thread
 
     try:
-        stack.enter_context(realtime_thread(priority, "the inference worker's realtime_priority"))
+        stack.enter_context(realtime_thread(priority))
     except RealtimeError as exc:
-        log.warning("inferences run at normal priority: %s", exc)
+        log.warning("inferences run at normal priority (the worker's share, %d): %s", priority, exc)
 
 
 def _answer(

@@ -9,16 +9,20 @@ between inferences; lerobot's client has no way to take new weights while it run
 learner runs update groups on the same cores the whole time (:func:`_busy_learner`), as it
 does beside an actor on a small host.
 
-Both are measured the same way, from the timestamps of their control ticks:
+Both are measured the same way, from a real timestamp per control tick (ours when the
+tick's command has gone out, after the step; lerobot's client at the start of its tick):
 ``ticks_lost`` (ticks the rate's clock would have run minus ticks run), interval jitter
 (``|interval - dt|``, p50, p99 and max), starved ticks (a tick with no action to send,
 after the first action arrived) and the garbage collections seen in the control loop's
-process (count and longest pause). Our loop's own deadline accounting and lateness are
-reported too. 60 s per side and rate (15 s with ``--quick``).
+process (count and longest pause). Our loop's own deadline accounting (a period skipped, or
+a command sent after its period ended) and its wake-up lateness are reported too. Our actor
+runs twice, as configured by default and with ``actor.realtime_priority`` =
+:data:`REALTIME_PRIORITY`. 60 s per side and rate (15 s with ``--quick``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import multiprocessing as mp
@@ -177,17 +181,25 @@ def gc_stats(pauses: list[tuple[float, float]], since: float) -> dict[str, Any]:
     return {"gc_collections": len(seen), "gc_max_pause_ms": max(seen, default=0.0) * 1e3}
 
 
-class FirstTick:
-    """A loop observer that notes when the first control tick ran."""
+class TickTimes:
+    """A loop observer that stamps every control tick when its command has gone out (the loop
+    calls it after the step): real times, so a skipped period shows as one."""
 
     def __init__(self) -> None:
-        self.time = math.inf
+        self.times: list[float] = []
 
-    def on_tick(self, *_args: object) -> None:
-        if self.time == math.inf:
-            self.time = time.perf_counter()
+    def on_tick(
+        self,
+        episode_id: int,
+        observation: Observation,
+        executed: FloatArray,
+        proposed: FloatArray,
+        lateness_s: float,
+        starved: bool,
+    ) -> None:
+        self.times.append(time.perf_counter())
 
-    def on_chunk(self, *_args: object) -> None:
+    def on_chunk(self, episode_id: int, chunk: Any) -> None:
         pass
 
     def close(self) -> None:
@@ -280,61 +292,59 @@ class BusyLearner:
 def run_ours(
     act_dir: Path, hz: float, seconds: float, workdir: Path, realtime_priority: int = 0
 ) -> dict[str, Any]:
-    """Our actor for ``seconds``; its loop's thread at SCHED_FIFO ``realtime_priority`` (0: normal),
-    as ``actor.realtime_priority`` runs it. Raises RealtimeError where that is not permitted."""
+    """Our actor for ``seconds``; its loop's thread at SCHED_FIFO ``realtime_priority`` (0: normal)
+    and its worker's one below, as ``actor.realtime_priority`` runs them. Raises RealtimeError
+    where that is not permitted, before anything starts."""
     from robotrl.actor.compose import build_loop, worker_priority
-    from robotrl.actor.realtime import realtime_thread
+    from robotrl.actor.realtime import check_realtime, realtime_thread
     from robotrl.actor.worker import ProcessInference, WorkerSpec
     from robotrl.config.actor import ActorConfig, Strategy
     from robotrl.config.env import EnvConfig
     from robotrl.sim import make_env
 
-    with realtime_thread(realtime_priority, "realtime_priority"):
-        pass  # refused: before any process starts
+    check_realtime(realtime_priority)
     ticks = int(seconds * hz)
-    env = make_env(
-        EnvConfig(id=TASK, control_hz=hz, max_episode_ticks=ticks, cameras=["front"], image_size=IMAGE)
-    )
     endpoint = f"ipc://{workdir}/weights-{hz:g}.sock"
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     learner = ctx.Process(target=_learner_publishing, args=(str(act_dir), endpoint, stop), daemon=True)
     learner.start()
-    spec = WorkerSpec(
-        "robotrl.bench.actor:padded_act",
-        {"path": str(act_dir), "min_infer_s": INFER_PERIODS / hz},
-        weights_factory="robotrl.actor.compose:subscriber_for_worker",
-        weights_kwargs={
-            "transport": {"weights_endpoint": endpoint, "transitions_endpoint": f"ipc://{workdir}/t"},
-            "actor_id": "bench",
-        },
-        weights_layout=True,
-        torch_threads=1,
-        realtime_priority=worker_priority(realtime_priority),
-    )
-    backend = ProcessInference(spec)
-    cfg = ActorConfig(strategy=Strategy.prefix, virtual_time=False)
-    first_tick = FirstTick()
-    loop = build_loop(
-        env, backend, cfg, backend.info.horizon, latency=None, max_prefix=HORIZON - 1, observer=first_tick
-    )
-    try:
-        with realtime_thread(realtime_priority, "realtime_priority"), gc_pauses() as pauses:
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(learner.join, timeout=10)
+        cleanup.callback(stop.set)
+        env = make_env(
+            EnvConfig(id=TASK, control_hz=hz, max_episode_ticks=ticks, cameras=["front"], image_size=IMAGE)
+        )
+        cleanup.callback(env.close)
+        spec = WorkerSpec(
+            "robotrl.bench.actor:padded_act",
+            {"path": str(act_dir), "min_infer_s": INFER_PERIODS / hz},
+            weights_factory="robotrl.actor.compose:subscriber_for_worker",
+            weights_kwargs={
+                "transport": {"weights_endpoint": endpoint, "transitions_endpoint": f"ipc://{workdir}/t"},
+                "actor_id": "bench",
+            },
+            weights_layout=True,
+            torch_threads=1,
+            realtime_priority=worker_priority(realtime_priority),
+        )
+        backend = ProcessInference(spec)
+        cleanup.callback(backend.close)
+        cfg = ActorConfig(strategy=Strategy.prefix, virtual_time=False)
+        ticks_seen = TickTimes()
+        loop = build_loop(
+            env, backend, cfg, backend.info.horizon, latency=None, max_prefix=HORIZON - 1, observer=ticks_seen
+        )
+        with realtime_thread(realtime_priority), gc_pauses() as pauses:
             result = loop.run_episode(0, seed=0)
-    finally:
-        stop.set()
-        backend.close()
-        learner.join(timeout=10)
-        env.close()
-    dt = 1.0 / hz
-    lateness = np.array(result.lateness_ms) / 1e3
-    starts = np.arange(len(lateness)) * dt + lateness  # tick start times on the loop's own clock
-    out = interval_stats(starts, dt)
-    out.update(gc_stats(pauses, first_tick.time))
+    times = np.array(ticks_seen.times)
+    lateness_ms = np.array(result.lateness_ms)
+    out = interval_stats(times, 1.0 / hz)
+    out.update(gc_stats(pauses, times[0] if len(times) else math.inf))
     out.update(
         ticks=result.ticks,
         missed_deadlines=result.missed_deadlines,
-        lateness_p99_ms=float(np.quantile(lateness * 1e3, 0.99)) if len(lateness) else 0.0,
+        lateness_p99_ms=float(np.quantile(lateness_ms, 0.99)) if len(lateness_ms) else 0.0,
         starved_ticks=result.starved_ticks,
         versions_run=sorted(set(result.policy_versions)),
         mean_delay_ticks=float(np.mean(result.delays[1:])) if len(result.delays) > 1 else 0.0,
@@ -409,6 +419,31 @@ def _lerobot_client(act_dir: str, port: int, hz: float, seconds: float, out: Any
     out.put({"ticks": ticks, "gc_pauses": pauses})
 
 
+def _port_open(port: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.1)
+    return False
+
+
+def _result_of(client: Any, queue: Any, timeout_s: float) -> dict[str, Any]:
+    """What the client process put on ``queue``, or an error as soon as it died without a word."""
+    import queue as queues
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            got: dict[str, Any] = queue.get(timeout=1.0)
+            return got
+        except queues.Empty:
+            if not client.is_alive():
+                return {"error": f"lerobot's client exited with code {client.exitcode} without a result"}
+    return {"error": f"no result from lerobot's client within {timeout_s:.0f} s"}
+
+
 def run_lerobot(act_dir: Path, hz: float, seconds: float, workdir: Path) -> dict[str, Any]:
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the same one inference thread our worker gets
@@ -419,24 +454,25 @@ def run_lerobot(act_dir: Path, hz: float, seconds: float, workdir: Path) -> dict
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    client = ctx.Process(target=_lerobot_client, args=(str(act_dir), port, hz, seconds, queue, str(workdir)))
     try:
-        ctx = mp.get_context("spawn")
-        queue = ctx.Queue()
-        client = ctx.Process(
-            target=_lerobot_client, args=(str(act_dir), port, hz, seconds, queue, str(workdir))
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # wait for the server's port
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.1)
+        if not _port_open(port, timeout_s=30):
+            return {"error": f"lerobot's policy server did not listen on port {port} within 30 s"}
         client.start()
-        got = queue.get(timeout=seconds + 180)
-        client.join(timeout=30)
+        got = _result_of(client, queue, timeout_s=seconds + 180)
     finally:
+        if client.is_alive():
+            client.terminate()
+        if client.pid is not None:
+            client.join(timeout=30)
         server.terminate()
-        server.wait(timeout=10)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
     if "error" in got:
         return {"error": got["error"]}
     times = np.array([t for t, _ in got["ticks"]])
@@ -475,7 +511,8 @@ def _rows(hz: float, sides: Mapping[str, Mapping[str, Any]]) -> list[list[Any]]:
 
 
 def _summary(side: Mapping[str, Any]) -> dict[str, Any]:
-    """One side's figures for the JSON line; ours count a late command and a lost tick alike."""
+    """One side's figures for the JSON line. Missed deadlines: our loop's own count (a period
+    skipped, or a command sent after its period ended); lerobot's ticks lost."""
     keys = {
         "interval_jitter_p50_ms": "jitter_p50_ms",
         "interval_jitter_p99_ms": "jitter_p99_ms",
@@ -488,8 +525,9 @@ def _summary(side: Mapping[str, Any]) -> dict[str, Any]:
         "error": "error",
     }
     out = {name: side[key] for key, name in keys.items() if key in side}
-    if "ticks_lost" in side:
-        out["missed_deadlines"] = side["ticks_lost"] + side.get("missed_deadlines", 0)
+    if "ticks_lost" in side:  # lerobot's count, and ours from the same timestamps
+        out["ticks_lost"] = side["ticks_lost"]
+        out["missed_deadlines"] = side.get("missed_deadlines", side["ticks_lost"])
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
 
 

@@ -70,8 +70,9 @@ class ActorConfig:
     """Wall clock, Linux: run the control loop's thread at this SCHED_FIFO priority (50 is what
     ros2_control uses) and the inference worker's at one below, so a busy learner on the same
     cores can neither delay a tick nor stretch an inference (measured in `robotrl bench actor`).
-    Weights still load at normal priority. Needs root or CAP_SYS_NICE; refused at start with a
-    clear error otherwise."""
+    Weights still load at normal priority, and so do the actor's other threads (they share the
+    GIL with the loop) and torch's extra intra-op threads. Needs root, CAP_SYS_NICE or an
+    `rtprio` limit (`ulimit -r`); refused at start with a clear error otherwise."""
     max_inference_errors: int = field(default=3, metadata=bounds(gt=0))
     """Consecutive inference errors before the actor stops cleanly."""
     rerun_path: str | None = None
