@@ -23,6 +23,7 @@ import gc
 import importlib
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -53,6 +54,7 @@ from robotrl.wire.inference import (
     message_to_ready,
     message_to_reply,
     message_to_request,
+    message_to_staged,
     ready_to_message,
     reply_to_message,
     request_to_message,
@@ -136,8 +138,9 @@ def _load_weights_forever(
         while not stop.wait(0.002):
             update = source.latest()
             if update is not None and slots.stage(update):
+                staged_at = time.monotonic()
                 log.info("weights v%d staged", update.policy_version)
-                announce.send(str(update.policy_version).encode())
+                announce.send_multipart([str(update.policy_version).encode(), repr(staged_at).encode()])
     finally:
         announce.close()
 
@@ -224,8 +227,8 @@ def _answer(
     while os.getppid() == parent:
         events = dict(poller.poll(200))
         if staged in events:
-            version = int(staged.recv())
-            sock.send_multipart(encode(staged_message(version)))
+            version, staged_at = staged.recv_multipart()
+            sock.send_multipart(encode(staged_message(int(version), float(staged_at))))
         if sock not in events:
             continue
         try:
@@ -280,6 +283,7 @@ class ProcessInference:
         self.process = subprocess.Popen(cmd)  # inherits stdout/stderr: its logs sit beside ours
         self.bad_replies = 0
         self._newest_version = spec.initial_policy_version
+        self._newest_staged_at = math.nan
         self.info = self._await_ready(startup_timeout_s)
 
     def _await_ready(self, timeout_s: float) -> WorkerReady:
@@ -308,7 +312,7 @@ class ProcessInference:
             try:
                 msg = decode(frames, require_finite=False)
                 if msg.kind == STAGED:  # the last staged is the newest, even a new session's lower version
-                    self._newest_version = msg.seq
+                    self._newest_version, self._newest_staged_at = message_to_staged(msg)
                     continue
                 reply = message_to_reply(msg)
             except WireError as exc:
@@ -320,6 +324,11 @@ class ProcessInference:
     def newest_version(self) -> int:
         """The newest weights the worker holds (staged or active), as of the last :meth:`poll`."""
         return self._newest_version
+
+    def newest_staged_at(self) -> float:
+        """When (``time.monotonic``) the worker installed :meth:`newest_version` in its spare
+        slot; NaN for the weights it started with."""
+        return self._newest_staged_at
 
     def wait(self, timeout_s: float) -> InferenceReply | None:
         deadline = time.monotonic() + timeout_s

@@ -9,11 +9,13 @@ simulated arm, with the policy in the real inference worker
 (:class:`~robotrl.actor.worker.ProcessInference`), whose loader thread takes each
 verified update from a :class:`WeightSubscriber` into the spare of its two weight
 slots, swapped between two inferences (each a real forward pass through the stack).
-Measured: publish-to-active, from the learner's ``publish`` call (before any copy or
-serialisation) to the first chunk of the new version entering the actor's action
-queue, after two warm-up publications (reported apart) in which the publisher
-allocates its reusable snapshot buffers; missed deadlines and starved ticks of the
-control loop over the whole run; the latest tick start.
+Measured, from the learner's ``publish`` call (before any copy or serialisation):
+publish-to-installed, to the worker's loader having verified the update and copied it into
+the spare slot (the worker's own ``time.monotonic`` stamp), and publish-to-active, to the
+first chunk of the new version entering the actor's action queue (the difference: waiting
+for the running inference, the swap and one inference), after two warm-up publications
+(reported apart) in which the publisher allocates its reusable snapshot buffers; missed
+deadlines and starved ticks of the control loop over the whole run; the latest tick start.
 
 Both learners run at a lower CPU priority (nice 10): they stand in for the GPU host,
 and on one small machine they would otherwise take the CPU from the actor's control
@@ -30,6 +32,7 @@ Timed from before ``torch.save`` to after ``load_state_dict``.
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing as mp
 import statistics
 import threading
@@ -84,11 +87,16 @@ def _learner(conn: Connection, actor: Connection, rounds: int) -> None:
             policy[i % LAYERS].weight.mul_(0.999)  # type: ignore[operator]
         called = time.monotonic()  # CLOCK_MONOTONIC: one time line for every process on this host
         version = pub.publish(module_tensors(policy))
-        if not actor.poll(30):
-            raise RuntimeError(f"version {version} never became active")
-        active, arrived = actor.recv()
-        assert active == version, (active, version)
-        latencies.append(arrived - called)
+        installed = math.nan
+        while True:
+            if not actor.poll(30):
+                raise RuntimeError(f"version {version} never became active")
+            event, seen, at = actor.recv()
+            if event == "installed" and seen == version:
+                installed = at
+            elif event == "active" and seen == version:
+                latencies.append((installed - called, at - called))
+                break
         time.sleep(0.1)
     actor.send("stop")
     conn.send(latencies)
@@ -135,21 +143,28 @@ def subscriber(endpoint: str) -> WeightSubscriber:
 
 
 class _ReportNewVersions:
-    """Loop observer: tells the learner when the first chunk of each new version reaches the queue."""
+    """Loop observer: tells the learner when the worker installed each new version in its spare
+    slot (the worker's own time stamp) and when its first chunk reached the queue."""
 
-    def __init__(self, learner: Connection, loop_stop: Any) -> None:
+    def __init__(self, learner: Connection, backend: Any, loop_stop: Any) -> None:
         self._learner = learner
+        self._backend = backend
         self._active = 0
+        self._installed = 0
         self.stop = loop_stop
 
     def on_tick(self, *_: Any) -> None:
         if self._learner.poll(0):  # the learner is done: end the episode
             self.stop()
+        version = self._backend.newest_version()
+        if version > self._installed:
+            self._installed = version
+            self._learner.send(("installed", version, self._backend.newest_staged_at()))
 
     def on_chunk(self, episode_id: int, chunk: Any) -> None:
         if chunk.policy_version > self._active:
             self._active = chunk.policy_version
-            self._learner.send((chunk.policy_version, time.monotonic()))
+            self._learner.send(("active", chunk.policy_version, time.monotonic()))
 
     def close(self) -> None:
         pass
@@ -175,7 +190,7 @@ def _actor(conn: Connection, learner: Connection, endpoint: str) -> None:
     )
     backend = ProcessInference(spec)
     cfg = ActorConfig(strategy=Strategy.naive_async, virtual_time=False)
-    observer = _ReportNewVersions(learner, lambda: None)
+    observer = _ReportNewVersions(learner, backend, lambda: None)
     loop = build_loop(env, backend, cfg, StackPolicy.horizon, latency=None, observer=observer)
     observer.stop = loop.request_stop
     learner.send("ready")
@@ -266,7 +281,8 @@ def _lerobot_actor(conn: Connection, learner: Connection, endpoint: str) -> None
 # -- driver ----------------------------------------------------------------------------------
 
 
-def _run_pair(learner_fn: Any, actor_fn: Any, rounds: int) -> tuple[list[float], dict[str, Any]]:
+def _run_pair(learner_fn: Any, actor_fn: Any, rounds: int) -> tuple[list[Any], dict[str, Any]]:
+    """What the learner measured per publication, and the actor's loop figures."""
     ctx = mp.get_context("spawn")
     l_conn, l_child = ctx.Pipe()
     a_conn, a_child = ctx.Pipe()
@@ -299,14 +315,18 @@ def run(quick: bool = False) -> dict[str, Any]:
     rounds = 8 if quick else 30
     ours, actor_stats = _run_pair(_learner, _actor, rounds)
     theirs, _ = _run_pair(_lerobot_learner, _lerobot_actor, 4 if quick else 10)
-    first_ms = [s * 1000 for s in ours[:WARMUP]]
+    first_ms = [to_active * 1000 for _to_installed, to_active in ours[:WARMUP]]
     ours = ours[WARMUP:]
-    ours_ms = [s * 1000 for s in ours]
+    installed_ms = [to_installed * 1000 for to_installed, _to_active in ours]
+    ours_ms = [to_active * 1000 for _to_installed, to_active in ours]
     theirs_ms = [s * 1000 for s in theirs]
     p50, p99 = _percentile(ours_ms, 0.5), _percentile(ours_ms, 0.99)
+    in_p50, in_p99 = _percentile(installed_ms, 0.5), _percentile(installed_ms, 0.99)
     le_p50 = statistics.median(theirs_ms)
     result = {
         "bench": "hotswap",
+        "publish_to_installed_ms_p50": round(in_p50, 1),
+        "publish_to_installed_ms_p99": round(in_p99, 1),
         "publish_to_active_ms_p50": round(p50, 1),
         "publish_to_active_ms_p99": round(p99, 1),
         "missed_deadlines": actor_stats["missed"],
@@ -319,8 +339,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         "warmup_publish_to_active_ms": [round(x) for x in first_ms],
     }
     rows = [
+        ["robotrl, publish to installed", len(ours), in_p50, in_p99, "-"],
         [
-            "robotrl",
+            "robotrl, publish to first new chunk",
             len(ours),
             p50,
             p99,

@@ -13,6 +13,7 @@ peer could get wrong.
   meta epoch, obs_tick, policy_version, infer_s, error;
 - ``ready`` worker -> actor, once at start: what the policy is (:class:`WorkerReady`);
 - ``staged`` worker -> actor (seq = the policy version staged): newer weights are loaded;
+  meta staged_at, when (``time.monotonic``, one time line for the host's processes);
 - ``stop`` actor -> worker: exit.
 """
 
@@ -149,8 +150,14 @@ def message_to_ready(message: Message) -> WorkerReady:
     return WorkerReady(**_checked_meta(message, fields))
 
 
-def staged_message(policy_version: int) -> Message:
-    return Message(STAGED, "worker", policy_version)
+def staged_message(policy_version: int, staged_at: float) -> Message:
+    return Message(STAGED, "worker", policy_version, meta={"staged_at": staged_at})
+
+
+def message_to_staged(message: Message) -> tuple[int, float]:
+    """(policy version, the monotonic time it was installed in the worker's spare slot)."""
+    _expect(message, STAGED)
+    return message.seq, _checked_meta(message, {"staged_at": float})["staged_at"]
 
 
 def stop_message() -> Message:

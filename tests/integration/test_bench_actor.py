@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 FIGURES = (
+    "ticks_lost",
     "missed_deadlines",
     "jitter_p50_ms",
     "jitter_p99_ms",

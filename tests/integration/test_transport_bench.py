@@ -21,6 +21,14 @@ def test_bench_transport_loses_nothing_and_reports_every_field():
 def test_bench_hotswap_activates_every_publication_and_reports_every_field():
     result = quick_bench("hotswap", timeout_s=600)
     assert result["swaps"] == 8
-    for key in ("publish_to_active_ms_p50", "publish_to_active_ms_p99", "lerobot_push_ms_p50"):
+    for key in (
+        "publish_to_installed_ms_p50",
+        "publish_to_installed_ms_p99",
+        "publish_to_active_ms_p50",
+        "publish_to_active_ms_p99",
+        "lerobot_push_ms_p50",
+    ):
         assert float(result[key]) > 0  # type: ignore[arg-type]
+    # installed in the spare slot before its first chunk could run
+    assert float(result["publish_to_installed_ms_p50"]) <= float(result["publish_to_active_ms_p50"])  # type: ignore[arg-type]
     assert isinstance(result["missed_deadlines"], int)

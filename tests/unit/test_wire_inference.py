@@ -51,6 +51,14 @@ def test_ready_survives_the_wire():
     assert wi.message_to_ready(decode(encode(wi.ready_to_message(ready)))) == ready
 
 
+def test_staged_weights_say_when_they_were_installed():
+    assert wi.message_to_staged(decode(encode(wi.staged_message(9, 1234.5)))) == (9, 1234.5)
+    for meta in ({}, {"staged_at": "soon"}, {"staged_at": True}):
+        with pytest.raises(WireError) as info:
+            wi.message_to_staged(Message(wi.STAGED, "worker", 9, {}, meta))
+        assert info.value.reason == "schema"
+
+
 def test_malformed_messages_are_refused_as_schema_errors():
     good = wi.request_to_message(_request(True))
     bad_meta = Message(good.kind, good.sender, good.seq, good.arrays, {**good.meta, "tick": "7"})
