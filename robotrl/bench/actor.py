@@ -188,18 +188,10 @@ class TickTimes:
     def __init__(self) -> None:
         self.times: list[float] = []
 
-    def on_tick(
-        self,
-        episode_id: int,
-        observation: Observation,
-        executed: FloatArray,
-        proposed: FloatArray,
-        lateness_s: float,
-        starved: bool,
-    ) -> None:
+    def on_tick(self, *_: object) -> None:
         self.times.append(time.perf_counter())
 
-    def on_chunk(self, episode_id: int, chunk: Any) -> None:
+    def on_chunk(self, *_: object) -> None:
         pass
 
     def close(self) -> None:
