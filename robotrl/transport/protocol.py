@@ -16,7 +16,7 @@ Weight link (actor DEALER -> learner ROUTER):
 
 - ``want`` subscriber -> publisher, every heartbeat period (meta ``have``: the
   newest version installed or -1, ``restart``: resend the current version from its
-  first piece);
+  first piece, ``host``: its boot id when it can map this host's shared memory);
 - ``wbeat`` publisher -> subscriber, the reply (meta ``session``, ``latest``);
 - ``wpiece`` publisher -> subscriber (seq = version; meta ``subset``, ``created_time``,
   ``index``, ``count``, ``session``): some whole tensors of one update, pieces in
@@ -26,6 +26,10 @@ Weight link (actor DEALER -> learner ROUTER):
   (:mod:`robotrl.core.sessions`). The digest travels last so the publisher hashes while the
   first pieces are already on the wire, and the subscriber hashes each piece as it
   arrives.
+- ``wshm`` publisher -> a subscriber whose ``host`` is the publisher's own, instead of the
+  pieces and seal (seq = version; meta ``subset``, ``created_time``, ``session``,
+  ``segment``: the file, ``tensors``: [name, dtype, shape, offset] each): the whole update,
+  written once into shared memory (:mod:`robotrl.transport.weight_segments`).
 
 Every accessor raises :class:`WireError` with reason ``schema`` on a malformed field.
 """
@@ -45,6 +49,7 @@ WANT: Final = "want"
 WBEAT: Final = "wbeat"
 WPIECE: Final = "wpiece"
 WSEAL: Final = "wseal"
+WSHM: Final = "wshm"
 
 
 def meta_str(message: Message, key: str, max_len: int = 256) -> str:

@@ -11,7 +11,10 @@ taken again. With the policy's layout (as the actor builds it) an update may dec
 pieces than the layout has tensors nor carry more than 8 bytes per element of the policy,
 and no bigger message is read; without a layout, 1 GiB and 1024 pieces.
 :meth:`WeightSubscriber.latest` never blocks: the inference worker polls it
-between two inferences.
+between two inferences. On the publisher's own host an update may instead arrive as one
+shared-memory segment (:mod:`.weight_segments`), mapped and checked the same way but for the
+digest (no wire, no copy); a segment that cannot be opened here turns that off for good, and
+the version is asked for again over the socket.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from robotrl.transport.weight_checks import (
     check_tensor,
     layout_ceiling,
 )
+from robotrl.transport.weight_segments import host_id, map_segment
 from robotrl.wire.auth import ClientKeys
 from robotrl.wire.codec import DEFAULT_LIMITS, Message, WireError, WireLimits, encode
 
@@ -63,6 +67,14 @@ class _Assembly:
     next_index: int = 0
 
 
+def _subset_and_created(message: Message) -> tuple[str, float]:
+    """The first piece's or a segment's ``subset`` and ``created_time``."""
+    subset = message.meta.get("subset")
+    if subset not in ("full", "trainable"):
+        raise WireError("schema", f"weights subset {subset!r} is not 'full' or 'trainable'")
+    return str(subset), p.meta_number(message, "created_time")
+
+
 class WeightSubscriber:
     """Actor side: connects to the publisher; :meth:`latest` returns verified updates only."""
 
@@ -76,8 +88,10 @@ class WeightSubscriber:
         peer_timeout_s: float = 5.0,
         keys: ClientKeys | None = None,
         clock: Clock = time.monotonic,
+        shared_memory: bool = True,
     ) -> None:
         self.endpoint = endpoint
+        self._host = host_id() if shared_memory else None  # said in every want; None: pieces only
         self._expected = expected
         # The actor's own weights belong to no publisher: the first session followed replaces them.
         self._sessions = SessionVersions(version=have_policy_version)
@@ -103,6 +117,7 @@ class WeightSubscriber:
         self._arrived = threading.Condition(self._lock)
         self._counts = Counters(
             "pieces",
+            "segments",
             "verified",
             "superseded",
             "stale",
@@ -116,7 +131,7 @@ class WeightSubscriber:
     @classmethod
     def from_config(cls, cfg: TransportConfig, actor_id: str, **overrides: Any) -> WeightSubscriber:
         """The subscriber of actor ``actor_id`` (with CURVE it presents that actor's key)."""
-        kwargs = client_options(cfg, actor_id)
+        kwargs = {**client_options(cfg, actor_id), "shared_memory": cfg.weights_shared_memory}
         kwargs.update(overrides)
         return cls(cfg.weights_endpoint, **kwargs)
 
@@ -155,7 +170,8 @@ class WeightSubscriber:
         return POLL_MS
 
     def beat(self) -> None:
-        want = p.control(p.WANT, "actor", have=self._sessions.version, restart=self._restart)
+        host = {} if self._host is None else {"host": self._host}
+        want = p.control(p.WANT, "actor", have=self._sessions.version, restart=self._restart, **host)
         if self._link.send(encode(want)):  # else not connected: the missing reply tells us so
             self._restart = False
 
@@ -169,6 +185,8 @@ class WeightSubscriber:
                 self._on_piece(message)
             elif message.kind == p.WSEAL:
                 self._on_seal(message)
+            elif message.kind == p.WSHM:
+                self._on_segment(message)
             else:
                 raise WireError("schema", f"unexpected kind {message.kind!r} from the publisher")
         except WeightRefused as exc:
@@ -234,15 +252,12 @@ class WeightSubscriber:
         if index == 0:
             if asm is not None:
                 self._counts.add("superseded" if version > asm.version else "refused_partial")
-            subset = message.meta.get("subset")
-            if subset not in ("full", "trainable"):
-                raise WireError("schema", f"weights subset {subset!r} is not 'full' or 'trainable'")
-            created = p.meta_number(message, "created_time")
+            subset, created = _subset_and_created(message)
             if count > self._max_pieces:
                 raise WeightRefused(
                     "oversized", f"version {version}: {count} pieces (at most {self._max_pieces})"
                 )
-            asm = self._assembly = _Assembly(version, str(subset), created, count)
+            asm = self._assembly = _Assembly(version, subset, created, count)
         elif asm is None or asm.version != version or asm.next_index != index or asm.count != count:
             self._lost_track(f"version {version}: piece {index} arrived out of order")
         self._assembly = None  # until this piece passes, the assembly is void
@@ -281,9 +296,38 @@ class WeightSubscriber:
         digest = p.meta_str(message, "digest")
         if asm.hasher.hexdigest() != digest:
             raise WeightRefused("digest", f"version {version}: tensors do not match the digest")
-        update = WeightUpdate(
-            asm.version, asm.tensors, digest, asm.subset, asm.created_time, self._sessions.session
-        )
+        self._hand_out(asm.version, asm.tensors, digest, asm.subset, asm.created_time)
+
+    def _on_segment(self, message: Message) -> None:
+        self._counts.add("segments")
+        version = message.seq
+        if self._from_replaced_session(message):
+            return
+        if version <= self._sessions.version:
+            self._counts.add("stale")
+            return
+        subset, created = _subset_and_created(message)
+        try:
+            tensors = map_segment(
+                message.meta.get("segment"),
+                message.meta.get("tensors"),
+                self._expected,
+                self._max_bytes,
+                len(self._expected) if self._expected is not None else _PIECES_WITHOUT_LAYOUT,
+            )
+        except OSError as exc:
+            log.warning("weights: cannot map the publisher's shared memory (%s); socket from now on", exc)
+            self._host, self._restart = None, True
+            return
+        self._assembly = None  # a version in one piece replaces any half-received one
+        check_complete(tensors.keys(), subset, self._expected)
+        self._hand_out(version, tensors, "", subset, created)
+
+    def _hand_out(
+        self, version: int, tensors: dict[str, npt.NDArray[Any]], digest: str, subset: str, created: float
+    ) -> None:
+        """A checked update of the session followed becomes the newest one ready to take."""
+        update = WeightUpdate(version, tensors, digest, subset, created, self._sessions.session)
         self._sessions.take(update.session, update.policy_version)
         self._counts.add("verified")
         with self._arrived:

@@ -11,7 +11,10 @@ supersedes one still being sent.
 
 ``publish`` returns at once after a snapshot copy of the tensors (so the learner
 may keep training in place); digest, splitting and sending run on a background
-thread. The actor's side is :mod:`.weight_subscriber`; the socket loop is :mod:`.link`'s.
+thread. A subscriber on this host (the same boot id in its ``want``) gets a version as
+one announcement of a shared-memory segment instead (:mod:`.weight_segments`): the snapshot
+is written into the segment, and nothing is hashed unless some subscriber needs pieces.
+The actor's side is :mod:`.weight_subscriber`; the socket loop is :mod:`.link`'s.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import logging
 import secrets
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +39,7 @@ from robotrl.transport.heartbeat import Liveness
 from robotrl.transport.link import POLL_MS, Clock, Delivery, LinkServer, server_options
 from robotrl.transport.snapshots import Snapshot, SnapshotPool
 from robotrl.transport.sockets import CONTROL_LIMITS
+from robotrl.transport.weight_segments import Segment, SegmentWriter, host_id
 from robotrl.wire.auth import ServerKeys
 from robotrl.wire.codec import Frame, Message, WireError, encode
 
@@ -61,10 +66,13 @@ def split_pieces(tensors: Mapping[str, npt.NDArray[Any]], piece_bytes: int) -> l
 @dataclass
 class _Published:
     policy_version: int
+    tensors: Mapping[str, npt.NDArray[Any]]  # what the pieces carry, hashed for the seal
     pieces: list[list[Frame]]
     created_time: float
     snapshot: Snapshot | None
+    announcement: list[Frame] | None  # the segment's message, for subscribers on this host
     seal: list[Frame] | None = None  # the digest message, once the hash is done
+    sealing: bool = False  # the hash has been started (only once a subscriber needs pieces)
 
     def message(self, index: int) -> list[Frame] | None:
         """Piece ``index``, or the seal for index == len(pieces) (None while hashing)."""
@@ -75,6 +83,7 @@ class _Published:
 class _Sub:
     live: Liveness
     have: int = -1
+    host: str | None = None  # its boot id when it can map this host's segments
     cursor: int | None = None  # next piece index of the latest version, while sending
     sent_version: int = -1  # the last version sent in full (not resent unless asked)
 
@@ -85,6 +94,7 @@ class WeightPublisher:
     Versions start at 1: version 0 is the policy an actor starts with, before any update.
     At most ``max_subscribers`` are served at once (a silent one is forgotten after the
     peer timeout); a want from one more is left unanswered, so it asks again.
+    ``shared_memory`` False never makes segments: every subscriber gets pieces.
     """
 
     def __init__(
@@ -98,6 +108,7 @@ class WeightPublisher:
         keys: ServerKeys | None = None,
         clock: Clock = time.monotonic,
         max_subscribers: int = 64,
+        shared_memory: bool = True,
     ) -> None:
         self.session = secrets.token_hex(8)
         self._max_subscribers = max_subscribers
@@ -110,9 +121,15 @@ class WeightPublisher:
         self._pending: WeightUpdate | None = None
         self._pending_snapshot: Snapshot | None = None
         self._pool = SnapshotPool()
+        self._host = host_id() if shared_memory else None
+        self._segments = SegmentWriter() if self._host is not None else None
+        self._pending_segment: Segment | None = None
+        self._linked: deque[Segment] = deque()  # the newest versions' segments, still openable
         self._latest: _Published | None = None
         self._subs: dict[bytes, _Sub] = {}
-        self._counts = Counters("published", "superseded", "pieces_sent", "rejected", "refused_subscribers")
+        self._counts = Counters(
+            "published", "superseded", "pieces_sent", "segments_sent", "rejected", "refused_subscribers"
+        )
         self._wake = threading.Event()
         self._link = LinkServer(
             endpoint,
@@ -132,6 +149,7 @@ class WeightPublisher:
             **server_options(cfg),
             "piece_bytes": cfg.weights_piece_mb << 20,
             "max_subscribers": cfg.max_actors,
+            "shared_memory": cfg.weights_shared_memory,
         }
         kwargs.update(overrides)
         return cls(cfg.weights_endpoint, **kwargs)
@@ -152,8 +170,9 @@ class WeightPublisher:
         above every version published so far.
         """
         created = self._clock()
-        snap = self._pool.take(tensors) if copy else None
-        arrays = snap.arrays if snap is not None else dict(tensors)
+        segment = self._segments.write(tensors) if copy and self._segments is not None else None
+        snap = self._pool.take(tensors) if copy and segment is None else None
+        arrays = segment.arrays if segment is not None else snap.arrays if snap is not None else dict(tensors)
         with self._lock:
             if policy_version is not None:
                 if policy_version < self._next_version:
@@ -164,8 +183,11 @@ class WeightPublisher:
             if self._pending is not None:
                 self._counts.add("superseded")
                 self._pool.release(self._pending_snapshot)
+                if self._pending_segment is not None:
+                    self._pending_segment.unlink()  # never announced
             self._pending = WeightUpdate(version, arrays, "", subset, created)
             self._pending_snapshot = snap
+            self._pending_segment = segment
         self._wake.set()
         return version
 
@@ -191,6 +213,13 @@ class WeightPublisher:
     def close(self) -> None:
         self._wake.set()
         self._link.close()
+        if self._segments is not None:
+            self._segments.close()
+        with self._lock:
+            segments = [*self._linked, *([self._pending_segment] if self._pending_segment else [])]
+            self._linked.clear()
+        for segment in segments:  # a subscriber's mapping keeps what it uses
+            segment.unlink()
 
     # -- I/O thread: the link's ServerHandler ----------------------------------------------
 
@@ -205,7 +234,10 @@ class WeightPublisher:
         if message.kind != p.WANT:
             raise WireError("schema", f"unexpected kind {message.kind!r} from a subscriber")
         have = p.meta_int(message, "have", lo=-1)
-        self._on_want(route, have, message.meta.get("restart") is True)
+        host = message.meta.get("host")
+        if host is not None:
+            host = p.meta_str(message, "host", max_len=64)
+        self._on_want(route, have, message.meta.get("restart") is True, host)
 
     def on_rejected(self, error: WireError) -> None:
         self._counts.add("rejected")
@@ -222,6 +254,7 @@ class WeightPublisher:
         with self._lock:
             update, self._pending = self._pending, None
             snap, self._pending_snapshot = self._pending_snapshot, None
+            segment, self._pending_segment = self._pending_segment, None
         if update is None:
             return
         groups = split_pieces(update.tensors, self._piece_bytes)
@@ -236,24 +269,43 @@ class WeightPublisher:
             }
             arrays = {n: update.tensors[n] for n in names}
             pieces.append(encode(Message(p.WPIECE, "learner", update.policy_version, arrays, meta)))
-        published = _Published(update.policy_version, pieces, update.created_time, snap)
+        announcement = None
+        if segment is not None:
+            meta = {
+                "subset": update.subset,
+                "created_time": update.created_time,
+                "session": self.session,
+                **segment.meta(),
+            }
+            announcement = encode(Message(p.WSHM, "learner", update.policy_version, {}, meta))
+        published = _Published(
+            update.policy_version, update.tensors, pieces, update.created_time, snap, announcement
+        )
         with self._lock:
             if self._latest is not None:
                 self._pool.release(self._latest.snapshot)
             self._latest = published
-        threading.Thread(target=self._seal, args=(published, update), daemon=True).start()
+            if segment is not None:
+                self._linked.append(segment)
+                while len(self._linked) > 2:  # a subscriber told of one a moment ago can still open it
+                    self._linked.popleft().unlink_in_background()
         self._counts.add("published")
         for sub in self._subs.values():
             sub.cursor = 0 if sub.have < update.policy_version else None
 
-    def _seal(self, published: _Published, update: WeightUpdate) -> None:
+    def _start_seal(self, published: _Published) -> None:
+        if not published.sealing:
+            published.sealing = True
+            threading.Thread(target=self._seal, args=(published,), daemon=True).start()
+
+    def _seal(self, published: _Published) -> None:
         """Hash (BLAKE3 releases the GIL) while the pieces go out; the seal follows them."""
-        digest = weights_digest(update.tensors)
+        digest = weights_digest(published.tensors)
         meta = {"digest": digest, "count": len(published.pieces), "session": self.session}
-        published.seal = encode(Message(p.WSEAL, "learner", update.policy_version, {}, meta))
+        published.seal = encode(Message(p.WSEAL, "learner", published.policy_version, {}, meta))
         self._wake.set()
 
-    def _on_want(self, route: bytes, have: int, restart: bool) -> None:
+    def _on_want(self, route: bytes, have: int, restart: bool, host: str | None) -> None:
         sub = self._subs.get(route)
         if sub is None:
             if len(self._subs) >= self._max_subscribers:
@@ -263,7 +315,7 @@ class WeightPublisher:
             if PEER_LOG.allow("weights: subscriber connected"):
                 log.info("weights: subscriber connected (has version %d)", have)
         sub.live.heard()
-        sub.have = have
+        sub.have, sub.host = have, host
         latest = self._latest
         if latest is not None and latest.policy_version > have and sub.cursor is None:
             sub.cursor = 0 if restart or sub.sent_version != latest.policy_version else None
@@ -277,6 +329,14 @@ class WeightPublisher:
         if latest is None:
             return
         for route, sub in list(self._subs.items()):
+            if sub.cursor is None:
+                continue
+            if latest.announcement is not None and self._host is not None and sub.host == self._host:
+                if self._send(route, latest.announcement):
+                    self._counts.add("segments_sent")
+                    sub.cursor, sub.sent_version = None, latest.policy_version
+                continue
+            self._start_seal(latest)
             while sub.cursor is not None:
                 frames = latest.message(sub.cursor)
                 if frames is None:

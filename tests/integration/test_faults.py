@@ -341,7 +341,7 @@ def test_weight_update_corrupted_on_the_wire_is_refused_the_old_weights_stay(cap
     pub = WeightPublisher("tcp://127.0.0.1:0", **LINK)
     proxy = TcpProxy(pub.endpoint)
     layout = {"w": ((1024, 1024), np.dtype(np.float32))}
-    sub = WeightSubscriber(proxy.endpoint, expected=layout, **LINK)
+    sub = WeightSubscriber(proxy.endpoint, expected=layout, shared_memory=False, **LINK)  # the wire path
     try:
         with caplog.at_level(logging.WARNING):
             first = pub.publish({"w": np.full((1024, 1024), 1.0, np.float32)})

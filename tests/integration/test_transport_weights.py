@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from robotrl.actor.slots import PolicySlots
+from robotrl.transport import weight_subscriber
 from robotrl.transport.hotswap import expected_layout, install, module_tensors
+from robotrl.transport.weight_segments import SEGMENT_DIR
 from robotrl.transport.weight_subscriber import WeightSubscriber
 from robotrl.transport.weights import WeightPublisher
 
@@ -37,7 +42,7 @@ def subscriber(endpoint: str, **kwargs: object) -> WeightSubscriber:
 
 def test_a_late_subscriber_gets_only_the_newest_version(tmp_path):
     pub, endpoint = start_publisher(tmp_path / "pub", "tcp://127.0.0.1:0", versions=5)
-    sub = subscriber(endpoint, expected=LAYOUT)
+    sub = subscriber(endpoint, expected=LAYOUT, shared_memory=False)
     try:
         update = sub.recv(20.0)
         assert update is not None and update.policy_version == 104
@@ -75,7 +80,7 @@ def test_a_large_update_arrives_in_pieces_and_is_reassembled_exactly():
     pub = WeightPublisher(
         "tcp://127.0.0.1:0", piece_bytes=600_000, heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S
     )
-    sub = subscriber(pub.endpoint, expected=layout)
+    sub = subscriber(pub.endpoint, expected=layout, shared_memory=False)
     try:
         pub.publish(tensors)
         update = sub.recv(20.0)
@@ -106,12 +111,13 @@ def test_a_trainable_subset_installs_only_those_tensors():
     assert torch.equal(actor[1].weight, learner[1].weight) and torch.equal(actor[0].weight, frozen_before)
 
 
-def test_nan_or_wrong_shape_updates_are_refused_the_old_weights_stay_and_inference_goes_on():
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["segment", "pieces"])
+def test_nan_or_wrong_shape_updates_are_refused_the_old_weights_stay_and_inference_goes_on(shared_memory):
     torch.manual_seed(0)
     learner = torch.nn.Linear(16, 4)
     slots = PolicySlots(LinearChunkPolicy(16, 4), LinearChunkPolicy(16, 4))
     pub = WeightPublisher("tcp://127.0.0.1:0", heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
-    sub = subscriber(pub.endpoint, expected=expected_layout(learner))
+    sub = subscriber(pub.endpoint, expected=expected_layout(learner), shared_memory=shared_memory)
 
     def installed() -> int | None:  # what the inference worker does between two inferences
         update = sub.latest()
@@ -143,3 +149,50 @@ def test_nan_or_wrong_shape_updates_are_refused_the_old_weights_stay_and_inferen
     finally:
         sub.close()
         pub.close()
+
+
+def test_on_one_host_an_update_arrives_as_one_segment_and_only_the_two_newest_stay_linked():
+    tensors = {f"layer{i}.w": np.full((256, 256), float(i), np.float32) for i in range(4)}
+    layout = {k: (v.shape, v.dtype) for k, v in tensors.items()}
+    pub = WeightPublisher("tcp://127.0.0.1:0", heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
+    sub = subscriber(pub.endpoint, expected=layout)
+    ours = f"robotrl-weights-{os.getpid()}-*"
+    try:
+        for version in range(1, 4):
+            assert pub.publish(tensors) == version
+            update = sub.recv(20.0)
+            assert update is not None and update.policy_version == version
+        wait_for(lambda: len(list(SEGMENT_DIR.glob(ours))) <= 3, 20, "the oldest segment to be unlinked")
+        linked = len(list(SEGMENT_DIR.glob(ours)))  # the two newest, and the next one being made ready
+    finally:
+        sub.close()
+        pub.close()
+    assert sub.stats()["segments"] == 3 and sub.stats()["pieces"] == 0
+    assert pub.stats()["segments_sent"] == 3 and pub.stats()["pieces_sent"] == 0
+    for name, arr in tensors.items():
+        np.testing.assert_array_equal(update.tensors[name], arr)
+    assert linked <= 3 and not list(SEGMENT_DIR.glob(ours))  # close removes every file it made
+
+
+def test_a_segment_that_cannot_be_mapped_falls_back_to_pieces_for_good(monkeypatch, caplog):
+    def unreadable(*_: object) -> None:  # as where the two sides see different /dev/shm (containers)
+        raise FileNotFoundError("no such segment here")
+
+    monkeypatch.setattr(weight_subscriber, "map_segment", unreadable)
+    tensors = {"w": np.full((64, 64), 3.0, np.float32), "b": np.zeros(64, np.float32)}
+    pub = WeightPublisher("tcp://127.0.0.1:0", heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
+    sub = subscriber(pub.endpoint, expected=LAYOUT)
+    try:
+        with caplog.at_level(logging.WARNING):
+            pub.publish(tensors)
+            first = sub.recv(20.0)
+            pub.publish(tensors)
+            second = sub.recv(20.0)
+    finally:
+        sub.close()
+        pub.close()
+    assert first is not None and first.policy_version == 1 and float(first.tensors["w"][0, 0]) == 3.0
+    assert second is not None and second.policy_version == 2
+    assert sub.stats()["segments"] == 1 and sub.stats()["pieces"] == 2  # the second never tried a segment
+    assert first.digest  # pieces end with the digest, checked
+    assert "cannot map the publisher's shared memory" in caplog.text

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 
 import numpy as np
 import torch
 from doubles import LinearChunkPolicy, TickPolicy
+from waiting import wait_until
 
 from robotrl.actor.slots import PolicySlots, spare_of
 from robotrl.core.types import WeightUpdate
@@ -127,3 +129,20 @@ def test_the_spare_shares_the_frozen_backbone_and_a_full_update_never_writes_it(
     assert torch.equal(active.backbone.weight, backbone)  # the running policy's backbone untouched
     assert torch.all(active.head.weight != 7.0) and torch.all(spare.head.weight == 7.0)
     assert slots.swap_if_staged() and slots.active is spare
+
+
+def test_the_weights_an_update_replaces_are_freed_off_the_loading_thread():
+    active = FrozenBackbonePolicy()
+    slots = PolicySlots(active, spare_of(active), zero_copy=True)
+    head = {name: np.full(t.shape, 1.0, np.float32) for name, t in active.trainable_tensors().items()}
+    assert slots.stage(WeightUpdate.build(1, head, subset="trainable"))
+    first = weakref.ref(head["head.weight"])
+    del head
+    newer = {name: np.full(t.shape, 2.0, np.float32) for name, t in active.trainable_tensors().items()}
+    loader = threading.get_ident()
+    freed_on: list[int] = []
+    weakref.finalize(first(), lambda: freed_on.append(threading.get_ident()))
+    assert slots.stage(WeightUpdate.build(2, newer, subset="trainable"))  # replaces version 1 in the spare
+    wait_until(lambda: first() is None, 10, "version 1's weights to be freed")
+    assert freed_on and freed_on[0] != loader
+    assert slots.swap_if_staged() and torch.all(slots.active.head.weight == 2.0)
