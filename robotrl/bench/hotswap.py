@@ -9,13 +9,17 @@ simulated arm, with the policy in the real inference worker
 (:class:`~robotrl.actor.worker.ProcessInference`), whose loader thread takes each
 verified update from a :class:`WeightSubscriber` into the spare of its two weight
 slots, swapped between two inferences (each a real forward pass through the stack).
-Measured, from the learner's ``publish`` call (before any copy or serialisation):
-publish-to-installed, to the worker's loader having verified the update and copied it into
-the spare slot (the worker's own ``time.monotonic`` stamp), and publish-to-active, to the
-first chunk of the new version entering the actor's action queue (the difference: waiting
-for the running inference, the swap and one inference), after two warm-up publications
-(reported apart) in which the publisher allocates its reusable snapshot buffers; missed
+Measured, from the learner's ``publish`` call (before any copy or serialisation): the
+call itself (the snapshot copy), publish-to-installed, to the worker's loader having the
+verified update in the spare slot (the worker's own ``time.monotonic`` stamp), and
+publish-to-active, to the first chunk of the new version entering the actor's action queue
+(the difference: waiting for the running inference, the swap and one inference), after two
+warm-up publications (reported apart) in which the publisher allocates its buffers; missed
 deadlines and starved ticks of the control loop over the whole run; the latest tick start.
+Both weight paths run, one after the other (:data:`PATHS`): shared memory, which an actor on
+the learner's host gets by default, and pieces over loopback TCP, which stands in for an
+actor on another host (where the network adds its own time); the headline figures are the
+slower path's.
 
 Both learners run at a lower CPU priority (nice 10): they stand in for the GPU host,
 and on one small machine they would otherwise take the CPU from the actor's control
@@ -32,6 +36,7 @@ Timed from before ``torch.save`` to after ``load_state_dict``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import multiprocessing as mp
 import statistics
@@ -73,10 +78,10 @@ def _percentile(values: list[float], q: float) -> float:
 # -- robotrl ---------------------------------------------------------------------------------
 
 
-def _learner(conn: Connection, actor: Connection, rounds: int) -> None:
+def _learner(conn: Connection, actor: Connection, rounds: int, shared_memory: bool) -> None:
     lower_priority()  # it stands in for the GPU host: on one machine it must not starve the actor
     policy = make_policy(0)
-    pub = WeightPublisher("tcp://127.0.0.1:0")
+    pub = WeightPublisher("tcp://127.0.0.1:0", shared_memory=shared_memory)
     conn.send(pub.endpoint)
     if not actor.poll(120):
         raise RuntimeError("actor never became ready")
@@ -87,6 +92,7 @@ def _learner(conn: Connection, actor: Connection, rounds: int) -> None:
             policy[i % LAYERS].weight.mul_(0.999)  # type: ignore[operator]
         called = time.monotonic()  # CLOCK_MONOTONIC: one time line for every process on this host
         version = pub.publish(module_tensors(policy))
+        returned = time.monotonic()
         installed = math.nan
         while True:
             if not actor.poll(30):
@@ -95,7 +101,7 @@ def _learner(conn: Connection, actor: Connection, rounds: int) -> None:
             if event == "installed" and seen == version:
                 installed = at
             elif event == "active" and seen == version:
-                latencies.append((installed - called, at - called))
+                latencies.append((returned - called, installed - called, at - called))
                 break
         time.sleep(0.1)
     actor.send("stop")
@@ -311,44 +317,71 @@ def _run_pair(learner_fn: Any, actor_fn: Any, rounds: int) -> tuple[list[Any], d
     return latencies, actor_stats
 
 
+PATHS = {"shm": "one host: shared memory", "socket": "over the socket: pieces, as from another host"}
+"""The two weight paths measured, by the prefix of their figures in the JSON line."""
+
+
+def _path_figures(path: str, measured: list[tuple[float, float, float]]) -> dict[str, Any]:
+    """Percentiles of one path's publications after warm-up, in ms, under ``path``'s prefix."""
+    out: dict[str, Any] = {
+        f"{path}_warmup_publish_to_active_ms": [round(m[2] * 1000) for m in measured[:WARMUP]]
+    }
+    for index, part in enumerate(("publish_call", "publish_to_installed", "publish_to_active")):
+        ms = [m[index] * 1000 for m in measured[WARMUP:]]
+        out[f"{path}_{part}_ms_p50"] = round(_percentile(ms, 0.5), 1)
+        out[f"{path}_{part}_ms_p99"] = round(_percentile(ms, 0.99), 1)
+    return out
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     rounds = 8 if quick else 30
-    ours, actor_stats = _run_pair(_learner, _actor, rounds)
+    figures: dict[str, Any] = {}
+    loops = {}
+    for path in PATHS:
+        measured, loops[path] = _run_pair(
+            functools.partial(_learner, shared_memory=path == "shm"), _actor, rounds
+        )
+        figures.update(_path_figures(path, measured))
     theirs, _ = _run_pair(_lerobot_learner, _lerobot_actor, 4 if quick else 10)
-    first_ms = [to_active * 1000 for _to_installed, to_active in ours[:WARMUP]]
-    ours = ours[WARMUP:]
-    installed_ms = [to_installed * 1000 for to_installed, _to_active in ours]
-    ours_ms = [to_active * 1000 for _to_installed, to_active in ours]
     theirs_ms = [s * 1000 for s in theirs]
-    p50, p99 = _percentile(ours_ms, 0.5), _percentile(ours_ms, 0.99)
-    in_p50, in_p99 = _percentile(installed_ms, 0.5), _percentile(installed_ms, 0.99)
     le_p50 = statistics.median(theirs_ms)
+    weaker = {  # the headline: the slower path at each figure
+        key: max(figures[f"{path}_{key}"] for path in PATHS)
+        for key in (
+            "publish_to_installed_ms_p50",
+            "publish_to_installed_ms_p99",
+            "publish_to_active_ms_p50",
+            "publish_to_active_ms_p99",
+        )
+    }
     result = {
         "bench": "hotswap",
-        "publish_to_installed_ms_p50": round(in_p50, 1),
-        "publish_to_installed_ms_p99": round(in_p99, 1),
-        "publish_to_active_ms_p50": round(p50, 1),
-        "publish_to_active_ms_p99": round(p99, 1),
-        "missed_deadlines": actor_stats["missed"],
-        "starved_ticks": actor_stats["starved"],
+        **weaker,
+        "missed_deadlines": sum(loop["missed"] for loop in loops.values()),
+        "starved_ticks": sum(loop["starved"] for loop in loops.values()),
         "lerobot_push_ms_p50": round(le_p50, 1),
-        "speedup_vs_lerobot": round(le_p50 / p50, 1),
-        "control_ticks": actor_stats["ticks"],
-        "worst_tick_late_ms": round(actor_stats["worst_late_ms"], 1),
-        "swaps": len(ours),
-        "warmup_publish_to_active_ms": [round(x) for x in first_ms],
+        "speedup_vs_lerobot": round(le_p50 / weaker["publish_to_active_ms_p50"], 1),
+        "control_ticks": sum(loop["ticks"] for loop in loops.values()),
+        "worst_tick_late_ms": round(max(loop["worst_late_ms"] for loop in loops.values()), 1),
+        "swaps": rounds,
+        **figures,
     }
-    rows = [
-        ["robotrl, publish to installed", len(ours), in_p50, in_p99, "-"],
-        [
-            "robotrl, publish to first new chunk",
-            len(ours),
-            p50,
-            p99,
-            f"{actor_stats['missed']} of {actor_stats['ticks']} ticks",
-        ],
-        ["lerobot", len(theirs), le_p50, _percentile(theirs_ms, 0.99), "(loads at episode end)"],
-    ]
+    rows = []
+    for path, what in PATHS.items():
+        loop = loops[path]
+        for part in ("publish_call", "publish_to_installed", "publish_to_active"):
+            missed = f"{loop['missed']} of {loop['ticks']} ticks" if part == "publish_to_active" else "-"
+            label = part.replace("_", " ").replace("active", "first new chunk")
+            rows.append(
+                [
+                    f"{what}: {label}",
+                    rounds,
+                    figures[f"{path}_{part}_ms_p50"],
+                    figures[f"{path}_{part}_ms_p99"],
+                    missed,
+                ]
+            )
+    rows.append(["lerobot", len(theirs), le_p50, _percentile(theirs_ms, 0.99), "(loads at episode end)"])
     report(
         f"hotswap: 50.3M float32 parameters, learner process -> actor process at {CONTROL_HZ:.0f} Hz "
         f"({'quick' if quick else 'full'} run)",

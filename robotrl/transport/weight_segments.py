@@ -3,11 +3,13 @@
 Over loopback TCP, 200 MB of weights take about 120 ms to cross (the kernel copies them
 in and out) on top of the publisher's snapshot; a learner and an actor on one machine (a
 desktop with a GPU driving an arm over USB) need neither. A *segment* is a file in
-``/dev/shm`` holding one version's tensors: the publisher writes its snapshot straight
-into it, announces it on the weight link (a ``wshm`` message, authenticated like every
-other), and never writes it again; a subscriber maps it read-only, checks it as it would
-the pieces (names, shapes, dtypes, every float finite), and hands out views of it: no
-copy, no digest (the bytes cross no wire, and a file nobody writes cannot tear).
+``/dev/shm`` holding one version's tensors: the publisher announces it on the weight link
+(a ``wshm`` message, authenticated like every other), then writes its snapshot straight into
+it tensor by tensor, counting the tensors written in the file's header, and never writes it
+again; a subscriber maps it read-only and checks each tensor as soon as the count covers it
+(names, shapes, dtypes, every float finite, as it checks pieces), so mapping and checking
+overlap the copy; then it hands out views of it: no copy, no digest (the bytes cross no
+wire, and a tensor is never written again once counted).
 
 Only files of this user, with this module's naming, are ever opened. The publisher keeps
 the two newest versions' files linked (a subscriber's mapping keeps an older one's memory
@@ -27,6 +29,7 @@ import re
 import secrets
 import stat
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +48,9 @@ SEGMENT_DIR = Path("/dev/shm")
 _PREFIX = "robotrl-weights-"
 _NAME = re.compile(_PREFIX + r"(\d+)-[0-9a-f]{16}")
 _ALIGN = 64
+_HEADER = _ALIGN
+"""The header: tensors written so far, then the state (:data:`_WRITING`, ...), two uint64."""
+_WRITING, _DONE, _ABANDONED = 0, 1, 2
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 Entry = tuple[str, str, tuple[int, ...], int]
@@ -64,7 +70,7 @@ def host_id() -> str | None:
 
 def _plan(tensors: Mapping[str, npt.NDArray[Any]]) -> tuple[list[Entry], int]:
     """Where each tensor goes (name order, 64-byte aligned) and the segment's size."""
-    entries, offset = [], 0
+    entries, offset = [], _HEADER
     for name in sorted(tensors):
         arr = tensors[name]
         dtype = np.dtype(arr.dtype).newbyteorder("<")
@@ -73,16 +79,29 @@ def _plan(tensors: Mapping[str, npt.NDArray[Any]]) -> tuple[list[Entry], int]:
             raise ValueError(f"tensor {name!r} has dtype {arr.dtype}, which weight updates do not carry")
         entries.append((name, wire, tuple(arr.shape), offset))
         offset += -(-int(arr.nbytes) // _ALIGN) * _ALIGN
-    return entries, max(offset, _ALIGN)
+    return entries, offset
 
 
 @dataclass
 class Segment:
-    """One version's tensors in a shared-memory file (publisher side): write once, then announce."""
+    """One version's tensors in a shared-memory file (publisher side): announce, then :meth:`fill`."""
 
     path: Path
     entries: list[Entry]
     arrays: dict[str, npt.NDArray[Any]]
+    header: npt.NDArray[np.uint64]
+
+    def fill(self, tensors: Mapping[str, npt.NDArray[Any]]) -> None:
+        """Copy ``tensors`` in, counting each in the header once it is whole (a subscriber may be
+        checking the ones before it meanwhile); the segment is never written again."""
+        try:
+            for index, (name, *_) in enumerate(self.entries):
+                np.copyto(self.arrays[name], tensors[name], casting="equiv")
+                self.header[0] = index + 1  # x86 keeps stores in order; memcpy fences its streaming ones
+        except BaseException:
+            self.header[1] = _ABANDONED  # a subscriber waiting on it refuses the version at once
+            raise
+        self.header[1] = _DONE
 
     def meta(self) -> dict[str, Any]:
         """What the announcement carries for a subscriber to map the file."""
@@ -158,8 +177,9 @@ class SegmentWriter:
         self._preparing: threading.Thread | None = None
         self._closed = False
 
-    def write(self, tensors: Mapping[str, npt.NDArray[Any]]) -> Segment:
-        """A segment holding a copy of ``tensors``; the file of the next one is prepared meanwhile."""
+    def open(self, tensors: Mapping[str, npt.NDArray[Any]]) -> Segment:
+        """An empty segment laid out for ``tensors`` (its :meth:`Segment.fill` copies them); the
+        file of the next one is prepared meanwhile."""
         entries, size = _plan(tensors)
         if self._preparing is not None:
             self._preparing.join()  # publications closer than one preparation: wait, do not make two
@@ -169,15 +189,14 @@ class SegmentWriter:
             ready[0].unlink()
             ready = None
         path, mapped = ready if ready is not None else _create(size)
-        arrays = {}
-        for name, wire, shape, offset in entries:
-            arrays[name] = _view(mapped, wire, shape, offset)
-            np.copyto(arrays[name], tensors[name], casting="equiv")
+        header = np.frombuffer(mapped, np.uint64, 2)
+        header[:] = (0, _WRITING)
+        arrays = {name: _view(mapped, wire, shape, offset) for name, wire, shape, offset in entries}
         self._preparing = threading.Thread(
             target=_at_lowest_priority, args=(lambda: self._prepare(size),), name="weights-shm", daemon=True
         )
         self._preparing.start()
-        return Segment(path, entries, arrays)
+        return Segment(path, entries, arrays, header)
 
     def _prepare(self, size: int) -> None:
         try:
@@ -219,11 +238,19 @@ def _entries(raw: object, max_tensors: int) -> list[Entry]:
 
 
 def map_segment(
-    segment: object, tensors: object, expected: Layout | None, max_bytes: int, max_tensors: int
+    segment: object,
+    tensors: object,
+    expected: Layout | None,
+    max_bytes: int,
+    max_tensors: int,
+    *,
+    wait_s: float = 5.0,
+    clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, npt.NDArray[Any]]:
     """The announced tensors as read-only views of the segment file, each checked as a piece's
-    are (:func:`check_tensor`). Raises WireError for a malformed announcement, WeightRefused
-    for tensors that must not be installed, OSError when the file cannot be read here."""
+    are (:func:`check_tensor`) as soon as the publisher has written it (``wait_s`` at most for
+    all of them). Raises WireError for a malformed announcement, WeightRefused for tensors that
+    must not be installed or were never all written, OSError when the file cannot be read here."""
     if (
         not isinstance(segment, str)
         or Path(segment).parent != SEGMENT_DIR
@@ -236,23 +263,28 @@ def map_segment(
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
             raise PermissionError(f"{segment} is not a regular file of this user")
-        most = max_bytes + _ALIGN * len(entries)  # the tensors' bytes, each padded to the alignment
-        if not 0 < info.st_size <= most:
+        most = _HEADER + max_bytes + _ALIGN * len(entries)  # the tensors' bytes, each padded
+        if not _HEADER < info.st_size <= most:
             raise WeightRefused("oversized", f"segment of {info.st_size} bytes (at most {most})")
         mapped = mmap.mmap(fd, info.st_size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
     finally:
         os.close(fd)
-    out: dict[str, npt.NDArray[Any]] = {}
-    end = 0
-    for name, dtype, shape, offset in sorted(entries, key=lambda e: e[3]):
-        count = int(np.prod(shape, dtype=np.int64))
-        nbytes = count * ALLOWED_DTYPES[dtype].itemsize
+    views: list[tuple[str, npt.NDArray[Any]]] = []
+    end = _HEADER
+    for name, dtype, shape, offset in entries:  # in the order written: one after the other
+        nbytes = int(np.prod(shape, dtype=np.int64)) * ALLOWED_DTYPES[dtype].itemsize
         if offset < end or offset + nbytes > info.st_size:
-            raise WireError("schema", f"wshm: tensor {name!r} overlaps another or runs past the segment")
-        if name in out:
-            raise WeightRefused("names", f"tensor {name!r} sent twice")
+            raise WireError("schema", f"wshm: tensor {name!r} is out of order, overlaps or runs past the end")
         end = offset + nbytes
-        out[name] = _view(mapped, dtype, shape, offset)
-    for name in sorted(out):
-        check_tensor(name, out[name], expected)
-    return out
+        views.append((name, _view(mapped, dtype, shape, offset)))
+    if len({name for name, _ in views}) != len(views):
+        raise WeightRefused("names", "a tensor announced twice")
+    header = np.frombuffer(mapped, np.uint64, 2)
+    deadline = clock() + wait_s
+    for index, (name, view) in enumerate(views):
+        while header[0] <= index:
+            if header[1] == _ABANDONED or clock() > deadline:
+                raise WeightRefused("partial", f"segment {segment}: tensor {name!r} was never written")
+            time.sleep(0.0002)
+        check_tensor(name, view, expected)
+    return dict(views)

@@ -12,8 +12,9 @@ supersedes one still being sent.
 ``publish`` returns at once after a snapshot copy of the tensors (so the learner
 may keep training in place); digest, splitting and sending run on a background
 thread. A subscriber on this host (the same boot id in its ``want``) gets a version as
-one announcement of a shared-memory segment instead (:mod:`.weight_segments`): the snapshot
-is written into the segment, and nothing is hashed unless some subscriber needs pieces.
+one announcement of a shared-memory segment instead (:mod:`.weight_segments`), sent as the
+snapshot starts being written into it (the subscriber checks each tensor once written);
+nothing is hashed unless some subscriber needs pieces. ``publish`` is called from one thread.
 The actor's side is :mod:`.weight_subscriber`; the socket loop is :mod:`.link`'s.
 """
 
@@ -25,7 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy.typing as npt
@@ -64,13 +65,23 @@ def split_pieces(tensors: Mapping[str, npt.NDArray[Any]], piece_bytes: int) -> l
 
 
 @dataclass
+class _Pending:
+    """A version published and not yet taken by the I/O thread."""
+
+    update: WeightUpdate
+    snapshot: Snapshot | None
+    segment: Segment | None  # being written while ``written`` is unset
+    written: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
 class _Published:
     policy_version: int
     tensors: Mapping[str, npt.NDArray[Any]]  # what the pieces carry, hashed for the seal
     pieces: list[list[Frame]]
-    created_time: float
     snapshot: Snapshot | None
     announcement: list[Frame] | None  # the segment's message, for subscribers on this host
+    written: threading.Event  # the segment is whole: pieces of it may go out
     seal: list[Frame] | None = None  # the digest message, once the hash is done
     sealing: bool = False  # the hash has been started (only once a subscriber needs pieces)
 
@@ -118,12 +129,10 @@ class WeightPublisher:
         self._peer_timeout_s = peer_timeout_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._pending: WeightUpdate | None = None
-        self._pending_snapshot: Snapshot | None = None
+        self._pending: _Pending | None = None
         self._pool = SnapshotPool()
         self._host = host_id() if shared_memory else None
         self._segments = SegmentWriter() if self._host is not None else None
-        self._pending_segment: Segment | None = None
         self._linked: deque[Segment] = deque()  # the newest versions' segments, still openable
         self._latest: _Published | None = None
         self._subs: dict[bytes, _Sub] = {}
@@ -170,9 +179,6 @@ class WeightPublisher:
         above every version published so far.
         """
         created = self._clock()
-        segment = self._segments.write(tensors) if copy and self._segments is not None else None
-        snap = self._pool.take(tensors) if copy and segment is None else None
-        arrays = segment.arrays if segment is not None else snap.arrays if snap is not None else dict(tensors)
         with self._lock:
             if policy_version is not None:
                 if policy_version < self._next_version:
@@ -180,14 +186,19 @@ class WeightPublisher:
                 self._next_version = policy_version
             version = self._next_version
             self._next_version += 1
+        segment = self._segments.open(tensors) if copy and self._segments is not None else None
+        snap = self._pool.take(tensors) if copy and segment is None else None
+        arrays = segment.arrays if segment is not None else snap.arrays if snap is not None else dict(tensors)
+        pending = _Pending(WeightUpdate(version, arrays, "", subset, created), snap, segment)
+        with self._lock:
             if self._pending is not None:
                 self._counts.add("superseded")
-                self._pool.release(self._pending_snapshot)
-                if self._pending_segment is not None:
-                    self._pending_segment.unlink()  # never announced
-            self._pending = WeightUpdate(version, arrays, "", subset, created)
-            self._pending_snapshot = snap
-            self._pending_segment = segment
+                self._discard(self._pending)
+            self._pending = pending
+        if segment is not None:
+            self._wake.set()  # subscribers on this host check each tensor while the next is copied
+            segment.fill(tensors)
+        pending.written.set()
         self._wake.set()
         return version
 
@@ -210,13 +221,21 @@ class WeightPublisher:
             out["subscribers"] = len(self._subs)
         return out
 
+    def _discard(self, pending: _Pending) -> None:
+        """A pending version superseded before it was taken: never announced."""
+        self._pool.release(pending.snapshot)
+        if pending.segment is not None:
+            pending.segment.unlink()
+
     def close(self) -> None:
         self._wake.set()
         self._link.close()
         if self._segments is not None:
             self._segments.close()
         with self._lock:
-            segments = [*self._linked, *([self._pending_segment] if self._pending_segment else [])]
+            segments = list(self._linked)
+            if self._pending is not None and self._pending.segment is not None:
+                segments.append(self._pending.segment)
             self._linked.clear()
         for segment in segments:  # a subscriber's mapping keeps what it uses
             segment.unlink()
@@ -252,11 +271,10 @@ class WeightPublisher:
     def _take_pending(self) -> None:
         self._wake.clear()
         with self._lock:
-            update, self._pending = self._pending, None
-            snap, self._pending_snapshot = self._pending_snapshot, None
-            segment, self._pending_segment = self._pending_segment, None
-        if update is None:
+            pending, self._pending = self._pending, None
+        if pending is None:
             return
+        update, segment = pending.update, pending.segment
         groups = split_pieces(update.tensors, self._piece_bytes)
         pieces = []
         for index, names in enumerate(groups):
@@ -279,7 +297,7 @@ class WeightPublisher:
             }
             announcement = encode(Message(p.WSHM, "learner", update.policy_version, {}, meta))
         published = _Published(
-            update.policy_version, update.tensors, pieces, update.created_time, snap, announcement
+            update.policy_version, update.tensors, pieces, pending.snapshot, announcement, pending.written
         )
         with self._lock:
             if self._latest is not None:
@@ -336,6 +354,8 @@ class WeightPublisher:
                     self._counts.add("segments_sent")
                     sub.cursor, sub.sent_version = None, latest.policy_version
                 continue
+            if not latest.written.is_set():
+                continue  # pieces of a segment being written: after it is whole
             self._start_seal(latest)
             while sub.cursor is not None:
                 frames = latest.message(sub.cursor)

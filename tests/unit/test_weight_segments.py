@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -25,6 +26,12 @@ TENSORS = {
 LAYOUT = {name: (arr.shape, arr.dtype) for name, arr in TENSORS.items()}
 
 
+def write(writer: SegmentWriter, tensors: dict[str, np.ndarray]):
+    segment = writer.open(tensors)
+    segment.fill(tensors)
+    return segment
+
+
 @pytest.fixture
 def writer():
     w = SegmentWriter()
@@ -33,7 +40,7 @@ def writer():
 
 
 def test_a_segment_maps_back_to_the_same_tensors_read_only(writer):
-    segment = writer.write(TENSORS)
+    segment = write(writer, TENSORS)
     try:
         meta = segment.meta()
         got = map_segment(meta["segment"], meta["tensors"], LAYOUT, 1 << 20, 16)
@@ -44,12 +51,12 @@ def test_a_segment_maps_back_to_the_same_tensors_read_only(writer):
         np.testing.assert_array_equal(got[name], arr)
         assert got[name].dtype == arr.dtype and got[name].shape == arr.shape
     assert not got["b"].flags.writeable
-    assert all(entry[3] % 64 == 0 for entry in meta["tensors"])  # aligned for vector loads
+    assert all(entry[3] % 64 == 0 and entry[3] >= 64 for entry in meta["tensors"])  # aligned for vector loads
 
 
 def test_the_writer_copies_the_tensors_so_the_caller_may_change_them(writer):
     source = {"w": np.ones(4, np.float32)}
-    segment = writer.write(source)
+    segment = write(writer, source)
     source["w"][:] = 5.0
     meta = segment.meta()
     try:
@@ -60,7 +67,7 @@ def test_the_writer_copies_the_tensors_so_the_caller_may_change_them(writer):
 
 
 def test_each_version_gets_its_own_file_and_close_leaves_none(writer):
-    first, second = writer.write(TENSORS), writer.write(TENSORS)
+    first, second = write(writer, TENSORS), write(writer, TENSORS)
     assert first.path != second.path and first.path.exists() and second.path.exists()
     first.unlink()
     second.unlink()
@@ -70,7 +77,7 @@ def test_each_version_gets_its_own_file_and_close_leaves_none(writer):
 
 def test_nan_wrong_shape_and_oversized_segments_are_refused(writer):
     nan = {"w": np.array([1.0, np.nan], np.float32)}
-    segment = writer.write(nan)
+    segment = write(writer, nan)
     meta = segment.meta()
     try:
         with pytest.raises(WeightRefused, match="non_finite"):
@@ -79,7 +86,7 @@ def test_nan_wrong_shape_and_oversized_segments_are_refused(writer):
             map_segment(meta["segment"], meta["tensors"], {"w": ((3,), np.dtype(np.float32))}, 1 << 20, 16)
     finally:
         segment.unlink()
-    big = writer.write({"w": np.ones(1000, np.float32)})
+    big = write(writer, {"w": np.ones(1000, np.float32)})
     meta = big.meta()
     try:
         with pytest.raises(WeightRefused, match="oversized"):
@@ -116,7 +123,7 @@ def test_only_a_weight_segment_is_ever_opened(path):
     ],
 )
 def test_a_malformed_announcement_is_refused_before_anything_is_read(writer, tensors):
-    segment = writer.write({"w": np.ones(4, np.float32), "v": np.ones(4, np.float32)})
+    segment = write(writer, {"w": np.ones(4, np.float32), "v": np.ones(4, np.float32)})
     try:
         with pytest.raises(WireError):
             map_segment(str(segment.path), tensors, None, 1 << 20, 16)
@@ -125,7 +132,7 @@ def test_a_malformed_announcement_is_refused_before_anything_is_read(writer, ten
 
 
 def test_a_segment_gone_is_an_os_error_for_the_caller_to_fall_back_on(writer):
-    segment = writer.write(TENSORS)
+    segment = write(writer, TENSORS)
     meta = segment.meta()
     segment.unlink()
     with pytest.raises(FileNotFoundError):
@@ -146,3 +153,39 @@ def test_segments_of_a_killed_publisher_are_removed_and_a_living_ones_kept():
     finally:
         orphan.unlink(missing_ok=True)
         living.unlink(missing_ok=True)
+
+
+def test_a_subscriber_checks_each_tensor_as_the_publisher_writes_it(writer):
+    tensors = {f"t{i}": np.full(1000, float(i), np.float32) for i in range(8)}
+    segment = writer.open(tensors)
+    meta = segment.meta()
+    got: dict[str, dict[str, np.ndarray]] = {}
+    reader = threading.Thread(
+        target=lambda: got.setdefault(
+            "tensors", map_segment(meta["segment"], meta["tensors"], None, 1 << 20, 16)
+        )
+    )
+    try:
+        reader.start()  # mapped before a single tensor is written: it waits on the header's count
+        segment.fill(tensors)
+        reader.join(10)
+    finally:
+        segment.unlink()
+    assert not reader.is_alive()
+    for name, arr in tensors.items():
+        np.testing.assert_array_equal(got["tensors"][name], arr)
+
+
+def test_a_segment_never_finished_or_abandoned_is_refused_as_partial(writer):
+    tensors = {"a": np.ones(4, np.float32), "b": np.ones(4, np.float32)}
+    segment = writer.open(tensors)
+    meta = segment.meta()
+    try:
+        with pytest.raises(WeightRefused, match=r"partial.*'a' was never written"):
+            map_segment(meta["segment"], meta["tensors"], None, 1 << 20, 16, wait_s=0.0)
+        with pytest.raises(TypeError):
+            segment.fill({"a": np.ones(4, np.float32), "b": "not an array"})  # the learner's own error...
+        with pytest.raises(WeightRefused, match=r"partial.*'b' was never written"):  # ...refused at once
+            map_segment(meta["segment"], meta["tensors"], None, 1 << 20, 16, wait_s=3600.0)
+    finally:
+        segment.unlink()
