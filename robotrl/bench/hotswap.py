@@ -333,9 +333,25 @@ def _path_figures(path: str, measured: list[tuple[float, float, float]]) -> dict
     return out
 
 
+def inference_ms(repeats: int = 10) -> float:
+    """The median time of one chunk of the stack on one thread, as the worker runs it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        policy, observation = StackPolicy(), Observation(tick=0, state=np.zeros(6, np.float32))
+        times = []
+        for _ in range(repeats + 1):  # the first warms up
+            start = time.perf_counter()
+            policy.infer(observation, None, 0)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times[1:]) * 1000
+    finally:
+        torch.set_num_threads(threads)
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     rounds = 8 if quick else 30
-    figures: dict[str, Any] = {}
+    figures: dict[str, Any] = {"inference_ms": round(inference_ms(), 1)}
     loops = {}
     for path in PATHS:
         measured, loops[path] = _run_pair(

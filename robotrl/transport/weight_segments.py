@@ -3,20 +3,24 @@
 Over loopback TCP, 200 MB of weights take about 120 ms to cross (the kernel copies them
 in and out) on top of the publisher's snapshot; a learner and an actor on one machine (a
 desktop with a GPU driving an arm over USB) need neither. A *segment* is a file in
-``/dev/shm`` holding one version's tensors: the publisher announces it on the weight link
-(a ``wshm`` message, authenticated like every other), then writes its snapshot straight into
-it tensor by tensor, counting the tensors written in the file's header, and never writes it
-again; a subscriber maps it read-only and checks each tensor as soon as the count covers it
-(names, shapes, dtypes, every float finite, as it checks pieces), so mapping and checking
-overlap the copy; then it hands out views of it: no copy, no digest (the bytes cross no
-wire, and a tensor is never written again once counted).
+``/dev/shm`` that holds one version's tensors at a time. The publisher announces a version
+on the weight link (a ``wshm`` message, authenticated like every other), then writes its
+snapshot straight into the segment tensor by tensor, counting the tensors written in the
+file's header; a subscriber maps the file read-only (once: it keeps the mapping) and checks
+each tensor as soon as the count covers it (names, shapes, dtypes, every float finite, as
+it checks pieces), so mapping and checking overlap the copy; then it hands out views of it
+as the update: no copy, no digest (the bytes cross no wire).
 
-Only files of this user, with this module's naming, are ever opened. The publisher keeps
-the two newest versions' files linked (a subscriber's mapping keeps an older one's memory
-alive until it lets go of the weights) and makes the next file's pages ready in the
-background at the lowest priority, since writing 200 MB into fresh pages costs several
-times writing into touched ones (130 ms against 18 here). Files a killed publisher left
-are removed by the next one on this host.
+A subscriber's views become the actor's weights, so a segment is written again only once
+every subscriber told of it has let go: each says, in every ``want``, which segments its
+handed-out views still use (:class:`SegmentLeases`), and the publisher rewrites a segment
+only when each of them has since reported a version at least as new and not that segment
+(:class:`SegmentPool`). A subscriber the publisher forgets (silent past the peer timeout)
+may still be using its segments: those are retired, never written again. Reused files keep
+their pages: writing 200 MB into them takes 18 ms here against 130 into fresh pages.
+
+Only files of this user, with this module's naming, are ever opened. Files a killed
+publisher left are removed by the next one on this host.
 """
 
 from __future__ import annotations
@@ -30,13 +34,16 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import zmq
 
 from robotrl.transport.background import lower_priority
 from robotrl.transport.weight_checks import Layout, WeightRefused, check_tensor
@@ -52,6 +59,8 @@ _HEADER = _ALIGN
 """The header: tensors written so far, then the state (:data:`_WRITING`, ...), two uint64."""
 _WRITING, _DONE, _ABANDONED = 0, 1, 2
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+MAX_HELD = 64
+"""Most segments a subscriber reports holding (its weights use two or three)."""
 
 Entry = tuple[str, str, tuple[int, ...], int]
 """One tensor of a segment: name, wire dtype name, shape, byte offset."""
@@ -69,7 +78,7 @@ def host_id() -> str | None:
 
 
 def _plan(tensors: Mapping[str, npt.NDArray[Any]]) -> tuple[list[Entry], int]:
-    """Where each tensor goes (name order, 64-byte aligned) and the segment's size."""
+    """Where each tensor goes (name order, 64-byte aligned, after the header) and the size."""
     entries, offset = [], _HEADER
     for name in sorted(tensors):
         arr = tensors[name]
@@ -82,48 +91,6 @@ def _plan(tensors: Mapping[str, npt.NDArray[Any]]) -> tuple[list[Entry], int]:
     return entries, offset
 
 
-@dataclass
-class Segment:
-    """One version's tensors in a shared-memory file (publisher side): announce, then :meth:`fill`."""
-
-    path: Path
-    entries: list[Entry]
-    arrays: dict[str, npt.NDArray[Any]]
-    header: npt.NDArray[np.uint64]
-
-    def fill(self, tensors: Mapping[str, npt.NDArray[Any]]) -> None:
-        """Copy ``tensors`` in, counting each in the header once it is whole (a subscriber may be
-        checking the ones before it meanwhile); the segment is never written again."""
-        try:
-            for index, (name, *_) in enumerate(self.entries):
-                np.copyto(self.arrays[name], tensors[name], casting="equiv")
-                self.header[0] = index + 1  # x86 keeps stores in order; memcpy fences its streaming ones
-        except BaseException:
-            self.header[1] = _ABANDONED  # a subscriber waiting on it refuses the version at once
-            raise
-        self.header[1] = _DONE
-
-    def meta(self) -> dict[str, Any]:
-        """What the announcement carries for a subscriber to map the file."""
-        return {"segment": str(self.path), "tensors": [[n, d, list(s), o] for n, d, s, o in self.entries]}
-
-    def unlink(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-
-    def unlink_in_background(self) -> None:
-        """Unlink on a thread of the lowest priority: freeing 200 MB of pages takes tens of ms."""
-        unlinking = threading.Thread(target=_at_lowest_priority, args=(self.unlink,), name="weights-shm")
-        unlinking.daemon = True
-        unlinking.start()
-
-
-def _at_lowest_priority(work: Callable[[], object]) -> None:
-    """Background work that must not take a core from a subscriber mapping a segment right now."""
-    lower_priority(19)
-    work()
-
-
 def _view(mapped: mmap.mmap, dtype: str, shape: tuple[int, ...], offset: int) -> npt.NDArray[Any]:
     count = int(np.prod(shape, dtype=np.int64))
     if count == 0:  # frombuffer refuses an offset at the very end
@@ -131,20 +98,74 @@ def _view(mapped: mmap.mmap, dtype: str, shape: tuple[int, ...], offset: int) ->
     return np.frombuffer(mapped, ALLOWED_DTYPES[dtype], count, offset).reshape(shape)
 
 
-def _create(size: int) -> tuple[Path, mmap.mmap]:
-    """A new segment file of ``size`` bytes (this user's only), mapped, its pages touched."""
-    path = SEGMENT_DIR / f"{_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    try:
-        os.ftruncate(fd, size)
-        mapped = mmap.mmap(fd, size)
-    except BaseException:
-        path.unlink()
-        raise
-    finally:
-        os.close(fd)
-    np.frombuffer(mapped, np.uint8)[:: mmap.PAGESIZE] = 0  # allocate every page now, not during a publish
-    return path, mapped
+@dataclass(eq=False)
+class Segment:
+    """One shared-memory file of the publisher and the version it holds (publisher side)."""
+
+    path: Path
+    mapped: mmap.mmap
+    version: int = -1
+    entries: list[Entry] = field(default_factory=list)
+    arrays: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+    lessees: set[bytes] = field(default_factory=set)
+    """Subscribers told of this version that may still read it or use it as weights."""
+    trackers: list[zmq.MessageTracker] = field(default_factory=list)
+    """Pieces of it queued on the socket (zero-copy: they read it until sent)."""
+
+    @classmethod
+    def create(cls, size: int) -> Segment:
+        """A new file of ``size`` bytes (this user's only), mapped, its pages touched."""
+        path = SEGMENT_DIR / f"{_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            mapped = mmap.mmap(fd, size)
+        except BaseException:
+            path.unlink()
+            raise
+        finally:
+            os.close(fd)
+        np.frombuffer(mapped, np.uint8)[:: mmap.PAGESIZE] = 0  # allocate every page now
+        return cls(path, mapped)
+
+    @property
+    def header(self) -> npt.NDArray[np.uint64]:
+        return np.frombuffer(self.mapped, np.uint64, 2)
+
+    def idle(self) -> bool:
+        """Nobody reads it: it may hold a new version."""
+        self.trackers = [t for t in self.trackers if not t.done]
+        return not self.lessees and not self.trackers
+
+    def lay_out(self, version: int, entries: list[Entry]) -> None:
+        """Make it ``version``'s, nothing written yet."""
+        self.version, self.entries = version, entries
+        self.arrays = {
+            name: _view(self.mapped, dtype, shape, offset) for name, dtype, shape, offset in entries
+        }
+        self.header[:] = (0, _WRITING)
+
+    def fill(self, tensors: Mapping[str, npt.NDArray[Any]]) -> None:
+        """Copy ``tensors`` in, counting each in the header once it is whole (a subscriber may be
+        checking the ones before it meanwhile)."""
+        header = self.header
+        try:
+            for index, (name, *_) in enumerate(self.entries):
+                np.copyto(self.arrays[name], tensors[name], casting="equiv")
+                header[0] = index + 1  # x86 keeps stores in order; memcpy fences its streaming ones
+        except BaseException:
+            header[1] = _ABANDONED  # a subscriber waiting on it refuses the version at once
+            raise
+        header[1] = _DONE
+
+    def meta(self) -> dict[str, Any]:
+        """What the announcement carries for a subscriber to map the file."""
+        return {"segment": str(self.path), "tensors": [[n, d, list(s), o] for n, d, s, o in self.entries]}
+
+    def unlink(self) -> None:
+        """Remove the file; whoever maps it keeps the memory until they let go."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
 
 
 def remove_orphans() -> int:
@@ -165,59 +186,98 @@ def remove_orphans() -> int:
     return removed
 
 
-class SegmentWriter:
-    """Publisher side: a new segment per version, the next one's file made ready in the background."""
+class SegmentPool:
+    """Publisher side: its segments, each written again only once idle. Not thread-safe: the
+    publisher calls it under its own lock. When a publication leaves fewer than two idle
+    segments, one more is made on a thread of the lowest priority, so that a publication seldom
+    waits for fresh pages (130 ms for 200 MB here)."""
 
     def __init__(self) -> None:
         removed = remove_orphans()
         if removed:
             log.info("weights: removed %d shared-memory segment(s) left by a killed publisher", removed)
-        self._lock = threading.Lock()
-        self._ready: tuple[Path, mmap.mmap] | None = None
-        self._preparing: threading.Thread | None = None
-        self._closed = False
+        self._segments: list[Segment] = []
+        self._made: list[Segment] = []  # by the background thread, not yet in the pool
+        self._making = threading.Lock()  # held while one is made; guards _made
 
-    def open(self, tensors: Mapping[str, npt.NDArray[Any]]) -> Segment:
-        """An empty segment laid out for ``tensors`` (its :meth:`Segment.fill` copies them); the
-        file of the next one is prepared meanwhile."""
+    def open(
+        self, version: int, tensors: Mapping[str, npt.NDArray[Any]], busy: Collection[Segment]
+    ) -> Segment:
+        """A segment laid out for ``tensors`` as ``version`` (its :meth:`Segment.fill` copies them):
+        an idle one not in ``busy`` (the versions still offered), else a new one."""
         entries, size = _plan(tensors)
-        if self._preparing is not None:
-            self._preparing.join()  # publications closer than one preparation: wait, do not make two
-        with self._lock:
-            ready, self._ready = self._ready, None
-        if ready is not None and len(ready[1]) != size:
-            ready[0].unlink()
-            ready = None
-        path, mapped = ready if ready is not None else _create(size)
-        header = np.frombuffer(mapped, np.uint64, 2)
-        header[:] = (0, _WRITING)
-        arrays = {name: _view(mapped, wire, shape, offset) for name, wire, shape, offset in entries}
-        self._preparing = threading.Thread(
-            target=_at_lowest_priority, args=(lambda: self._prepare(size),), name="weights-shm", daemon=True
-        )
-        self._preparing.start()
-        return Segment(path, entries, arrays, header)
+        with self._making:
+            self._segments += self._made
+            self._made.clear()
+        idle = [s for s in self._segments if len(s.mapped) == size and s not in busy and s.idle()]
+        if idle:
+            segment = idle[0]
+        else:
+            segment = Segment.create(size)
+            self._segments.append(segment)
+        if len(idle) < 2:
+            _at_lowest_priority(lambda: self._make(size))
+        segment.lay_out(version, entries)
+        return segment
 
-    def _prepare(self, size: int) -> None:
+    def _make(self, size: int) -> None:
+        if not self._making.acquire(blocking=False):
+            return  # one is being made
         try:
-            made = _create(size)
-        except OSError as exc:  # /dev/shm full: the next write makes its own and says why if it fails
+            self._made.append(Segment.create(size))
+        except OSError as exc:  # /dev/shm full: a publication makes its own, or says why
             log.warning("weights: could not prepare a shared-memory segment: %s", exc)
-            return
-        with self._lock:
-            if self._closed:
-                made[0].unlink()
-            else:
-                self._ready = made
+        finally:
+            self._making.release()
+
+    def release(self, subscriber: bytes, have: int, holding: Collection[str]) -> None:
+        """``subscriber`` has taken every version up to ``have`` and still uses ``holding``."""
+        for segment in self._segments:
+            if subscriber in segment.lessees and segment.version <= have and str(segment.path) not in holding:
+                segment.lessees.discard(subscriber)
+
+    def forget(self, subscriber: bytes) -> None:
+        """A subscriber gone silent may still use its segments: retire them, never to be written."""
+        for segment in [s for s in self._segments if subscriber in s.lessees]:
+            self._segments.remove(segment)
+            _at_lowest_priority(segment.unlink)
 
     def close(self) -> None:
-        if self._preparing is not None:
-            self._preparing.join()
-        with self._lock:
-            self._closed = True
-            ready, self._ready = self._ready, None
-        if ready is not None:
-            ready[0].unlink()
+        with self._making:  # waits for one being made
+            self._segments += self._made
+            self._made.clear()
+        for segment in self._segments:
+            segment.unlink()
+        self._segments.clear()
+
+
+def _at_lowest_priority(work: Callable[[], object]) -> None:
+    """Run ``work`` on a thread of the lowest priority: unlinking a file nobody maps frees its
+    200 MB of pages, tens of ms a subscriber mapping a segment should not wait for."""
+
+    def run() -> None:
+        lower_priority(19)
+        work()
+
+    threading.Thread(target=run, name="weights-shm", daemon=True).start()
+
+
+def open_segment(path: object, max_bytes: int) -> mmap.mmap:
+    """Map the segment file ``path`` read-only, all its pages at once. Raises WireError for a path
+    this module never makes, WeightRefused for a file over ``max_bytes``, OSError when the file
+    cannot be read here (gone, another user's, another /dev/shm)."""
+    if not isinstance(path, str) or Path(path).parent != SEGMENT_DIR or not _NAME.fullmatch(Path(path).name):
+        raise WireError("schema", f"wshm: {path!r:.120} is not a weight segment")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            raise PermissionError(f"{path} is not a regular file of this user")
+        if not _HEADER < info.st_size <= max_bytes:
+            raise WeightRefused("oversized", f"segment of {info.st_size} bytes (at most {max_bytes})")
+        return mmap.mmap(fd, info.st_size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
 
 
 def _entries(raw: object, max_tensors: int) -> list[Entry]:
@@ -237,43 +297,25 @@ def _entries(raw: object, max_tensors: int) -> list[Entry]:
     return entries
 
 
-def map_segment(
-    segment: object,
+def read_segment(
+    mapped: mmap.mmap,
     tensors: object,
     expected: Layout | None,
-    max_bytes: int,
     max_tensors: int,
     *,
     wait_s: float = 5.0,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, npt.NDArray[Any]]:
-    """The announced tensors as read-only views of the segment file, each checked as a piece's
-    are (:func:`check_tensor`) as soon as the publisher has written it (``wait_s`` at most for
-    all of them). Raises WireError for a malformed announcement, WeightRefused for tensors that
-    must not be installed or were never all written, OSError when the file cannot be read here."""
-    if (
-        not isinstance(segment, str)
-        or Path(segment).parent != SEGMENT_DIR
-        or not _NAME.fullmatch(Path(segment).name)
-    ):
-        raise WireError("schema", f"wshm: {segment!r:.120} is not a weight segment")
+    """The announced ``tensors`` as read-only views of ``mapped``, each checked as a piece's are
+    (:func:`check_tensor`) as soon as the publisher has written it (``wait_s`` at most for all).
+    Raises WireError for a malformed announcement, WeightRefused for tensors that must not be
+    installed or were never all written."""
     entries = _entries(tensors, max_tensors)
-    fd = os.open(segment, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-            raise PermissionError(f"{segment} is not a regular file of this user")
-        most = _HEADER + max_bytes + _ALIGN * len(entries)  # the tensors' bytes, each padded
-        if not _HEADER < info.st_size <= most:
-            raise WeightRefused("oversized", f"segment of {info.st_size} bytes (at most {most})")
-        mapped = mmap.mmap(fd, info.st_size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
-    finally:
-        os.close(fd)
     views: list[tuple[str, npt.NDArray[Any]]] = []
     end = _HEADER
     for name, dtype, shape, offset in entries:  # in the order written: one after the other
         nbytes = int(np.prod(shape, dtype=np.int64)) * ALLOWED_DTYPES[dtype].itemsize
-        if offset < end or offset + nbytes > info.st_size:
+        if offset < end or offset + nbytes > len(mapped):
             raise WireError("schema", f"wshm: tensor {name!r} is out of order, overlaps or runs past the end")
         end = offset + nbytes
         views.append((name, _view(mapped, dtype, shape, offset)))
@@ -284,7 +326,46 @@ def map_segment(
     for index, (name, view) in enumerate(views):
         while header[0] <= index:
             if header[1] == _ABANDONED or clock() > deadline:
-                raise WeightRefused("partial", f"segment {segment}: tensor {name!r} was never written")
+                raise WeightRefused("partial", f"tensor {name!r} was never written")
             time.sleep(0.0002)
         check_tensor(name, view, expected)
     return dict(views)
+
+
+class SegmentLeases:
+    """Subscriber side: the segments it keeps mapped, and which of them the views it handed out
+    still use (reported in every ``want``). ``on_release`` is called, from whichever thread drops
+    the last view of a segment, so that the publisher can hear of it at once."""
+
+    def __init__(self, on_release: Callable[[], None], keep_mapped: int = 8) -> None:
+        self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
+        self._keep = keep_mapped
+        self._views: dict[str, list[weakref.ref[npt.NDArray[Any]]]] = {}
+        self._lock = threading.Lock()
+        self._on_release = on_release
+
+    def mapping(self, path: object, max_bytes: int) -> mmap.mmap:
+        """``path`` mapped: the kept mapping, or a new one (see :func:`open_segment`)."""
+        if isinstance(path, str) and path in self._maps:
+            self._maps.move_to_end(path)
+            return self._maps[path]
+        mapped = open_segment(path, max_bytes)
+        self._maps[str(path)] = mapped
+        while len(self._maps) > self._keep:  # views keep their own mapping alive
+            self._maps.popitem(last=False)
+        return mapped
+
+    def lend(self, path: str, tensors: Mapping[str, npt.NDArray[Any]]) -> None:
+        """``tensors`` (views of ``path``) are handed out: the segment is held while any lives."""
+        refs = [weakref.ref(view, self._released) for view in tensors.values() if view.base is not None]
+        with self._lock:
+            self._views[path] = refs
+
+    def holding(self) -> list[str]:
+        """The segments whose views are still in use."""
+        with self._lock:
+            self._views = {p: refs for p, refs in self._views.items() if any(r() is not None for r in refs)}
+            return sorted(self._views)[:MAX_HELD]
+
+    def _released(self, _: object) -> None:
+        self._on_release()

@@ -43,7 +43,7 @@ from robotrl.transport.weight_checks import (
     check_tensor,
     layout_ceiling,
 )
-from robotrl.transport.weight_segments import host_id, map_segment
+from robotrl.transport.weight_segments import SegmentLeases, host_id, read_segment
 from robotrl.wire.auth import ClientKeys
 from robotrl.wire.codec import DEFAULT_LIMITS, Message, WireError, WireLimits, encode
 
@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 
 _PIECES_WITHOUT_LAYOUT = 1024
 """Most pieces an update may declare when the subscriber does not know the policy's layout."""
+_TENSORS_WITHOUT_LAYOUT = 4096
+"""Most tensors a shared-memory update may announce when the subscriber does not know the layout."""
 
 
 @dataclass
@@ -96,6 +98,7 @@ class WeightSubscriber:
         # The actor's own weights belong to no publisher: the first session followed replaces them.
         self._sessions = SessionVersions(version=have_policy_version)
         self._max_pieces = _PIECES_WITHOUT_LAYOUT if expected is None else max(1, len(expected))
+        self._max_tensors = _TENSORS_WITHOUT_LAYOUT if expected is None else max(1, len(expected))
         limits = DEFAULT_LIMITS if expected is None else WireLimits(max_total_bytes=layout_ceiling(expected))
         self._max_bytes = limits.max_total_bytes
         self._live = Liveness(heartbeat_s, peer_timeout_s, clock)
@@ -126,6 +129,8 @@ class WeightSubscriber:
             *(f"refused_{r}" for r in REFUSALS),
         )
         self._old_session_log = EveryFewSeconds(log, logging.WARNING, clock=clock)
+        self._let_go = threading.Event()  # a segment's last view was dropped: tell the publisher now
+        self._leases = SegmentLeases(self._let_go.set)
         self._link.start()
 
     @classmethod
@@ -170,8 +175,11 @@ class WeightSubscriber:
         return POLL_MS
 
     def beat(self) -> None:
-        host = {} if self._host is None else {"host": self._host}
-        want = p.control(p.WANT, "actor", have=self._sessions.version, restart=self._restart, **host)
+        place = {} if self._host is None else {"host": self._host}
+        held = self._leases.holding()  # reported even after falling back to pieces: still in use
+        want = p.control(
+            p.WANT, "actor", have=self._sessions.version, restart=self._restart, holding=held, **place
+        )
         if self._link.send(encode(want)):  # else not connected: the missing reply tells us so
             self._restart = False
 
@@ -203,7 +211,8 @@ class WeightSubscriber:
         self._counts.add("reconnects")
 
     def after_poll(self) -> None:
-        if self._restart:
+        if self._restart or self._let_go.is_set():
+            self._let_go.clear()
             self.beat()
 
     def _on_beat(self, session: str) -> None:
@@ -307,20 +316,17 @@ class WeightSubscriber:
             self._counts.add("stale")
             return
         subset, created = _subset_and_created(message)
+        path = message.meta.get("segment")
         try:
-            tensors = map_segment(
-                message.meta.get("segment"),
-                message.meta.get("tensors"),
-                self._expected,
-                self._max_bytes,
-                len(self._expected) if self._expected is not None else _PIECES_WITHOUT_LAYOUT,
-            )
+            mapped = self._leases.mapping(path, self._max_bytes + 64 * (self._max_tensors + 1))
         except OSError as exc:
             log.warning("weights: cannot map the publisher's shared memory (%s); socket from now on", exc)
             self._host, self._restart = None, True
             return
+        tensors = read_segment(mapped, message.meta.get("tensors"), self._expected, self._max_tensors)
         self._assembly = None  # a version in one piece replaces any half-received one
         check_complete(tensors.keys(), subset, self._expected)
+        self._leases.lend(str(path), tensors)
         self._hand_out(version, tensors, "", subset, created)
 
     def _hand_out(

@@ -24,7 +24,6 @@ import logging
 import secrets
 import threading
 import time
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +39,7 @@ from robotrl.transport.heartbeat import Liveness
 from robotrl.transport.link import POLL_MS, Clock, Delivery, LinkServer, server_options
 from robotrl.transport.snapshots import Snapshot, SnapshotPool
 from robotrl.transport.sockets import CONTROL_LIMITS
-from robotrl.transport.weight_segments import Segment, SegmentWriter, host_id
+from robotrl.transport.weight_segments import MAX_HELD, Segment, SegmentPool, host_id
 from robotrl.wire.auth import ServerKeys
 from robotrl.wire.codec import Frame, Message, WireError, encode
 
@@ -80,6 +79,7 @@ class _Published:
     tensors: Mapping[str, npt.NDArray[Any]]  # what the pieces carry, hashed for the seal
     pieces: list[list[Frame]]
     snapshot: Snapshot | None
+    segment: Segment | None
     announcement: list[Frame] | None  # the segment's message, for subscribers on this host
     written: threading.Event  # the segment is whole: pieces of it may go out
     seal: list[Frame] | None = None  # the digest message, once the hash is done
@@ -132,8 +132,7 @@ class WeightPublisher:
         self._pending: _Pending | None = None
         self._pool = SnapshotPool()
         self._host = host_id() if shared_memory else None
-        self._segments = SegmentWriter() if self._host is not None else None
-        self._linked: deque[Segment] = deque()  # the newest versions' segments, still openable
+        self._segments = SegmentPool() if self._host is not None else None  # under self._lock
         self._latest: _Published | None = None
         self._subs: dict[bytes, _Sub] = {}
         self._counts = Counters(
@@ -186,14 +185,17 @@ class WeightPublisher:
                 self._next_version = policy_version
             version = self._next_version
             self._next_version += 1
-        segment = self._segments.open(tensors) if copy and self._segments is not None else None
+            segment = None
+            if copy and self._segments is not None:
+                offered = [p.segment for p in (self._latest, self._pending) if p is not None and p.segment]
+                segment = self._segments.open(version, tensors, busy=offered)
         snap = self._pool.take(tensors) if copy and segment is None else None
         arrays = segment.arrays if segment is not None else snap.arrays if snap is not None else dict(tensors)
         pending = _Pending(WeightUpdate(version, arrays, "", subset, created), snap, segment)
         with self._lock:
             if self._pending is not None:
-                self._counts.add("superseded")
-                self._discard(self._pending)
+                self._counts.add("superseded")  # never announced: its segment is idle again
+                self._pool.release(self._pending.snapshot)
             self._pending = pending
         if segment is not None:
             self._wake.set()  # subscribers on this host check each tensor while the next is copied
@@ -221,24 +223,12 @@ class WeightPublisher:
             out["subscribers"] = len(self._subs)
         return out
 
-    def _discard(self, pending: _Pending) -> None:
-        """A pending version superseded before it was taken: never announced."""
-        self._pool.release(pending.snapshot)
-        if pending.segment is not None:
-            pending.segment.unlink()
-
     def close(self) -> None:
         self._wake.set()
         self._link.close()
-        if self._segments is not None:
-            self._segments.close()
         with self._lock:
-            segments = list(self._linked)
-            if self._pending is not None and self._pending.segment is not None:
-                segments.append(self._pending.segment)
-            self._linked.clear()
-        for segment in segments:  # a subscriber's mapping keeps what it uses
-            segment.unlink()
+            if self._segments is not None:
+                self._segments.close()  # a subscriber's mapping keeps what it uses
 
     # -- I/O thread: the link's ServerHandler ----------------------------------------------
 
@@ -256,6 +246,16 @@ class WeightPublisher:
         host = message.meta.get("host")
         if host is not None:
             host = p.meta_str(message, "host", max_len=64)
+        holding = message.meta.get("holding", [])
+        if (
+            not isinstance(holding, list)
+            or len(holding) > MAX_HELD
+            or not all(isinstance(h, str) for h in holding)
+        ):
+            raise WireError("schema", f"want: meta 'holding' must list at most {MAX_HELD} segment names")
+        with self._lock:
+            if self._segments is not None:
+                self._segments.release(route, have, holding)
         self._on_want(route, have, message.meta.get("restart") is True, host)
 
     def on_rejected(self, error: WireError) -> None:
@@ -297,16 +297,18 @@ class WeightPublisher:
             }
             announcement = encode(Message(p.WSHM, "learner", update.policy_version, {}, meta))
         published = _Published(
-            update.policy_version, update.tensors, pieces, pending.snapshot, announcement, pending.written
+            update.policy_version,
+            update.tensors,
+            pieces,
+            pending.snapshot,
+            segment,
+            announcement,
+            pending.written,
         )
         with self._lock:
             if self._latest is not None:
                 self._pool.release(self._latest.snapshot)
             self._latest = published
-            if segment is not None:
-                self._linked.append(segment)
-                while len(self._linked) > 2:  # a subscriber told of one a moment ago can still open it
-                    self._linked.popleft().unlink_in_background()
         self._counts.add("published")
         for sub in self._subs.values():
             sub.cursor = 0 if sub.have < update.policy_version else None
@@ -349,7 +351,9 @@ class WeightPublisher:
         for route, sub in list(self._subs.items()):
             if sub.cursor is None:
                 continue
-            if latest.announcement is not None and self._host is not None and sub.host == self._host:
+            if latest.segment is not None and latest.announcement is not None and sub.host == self._host:
+                with self._lock:
+                    latest.segment.lessees.add(route)  # before it can read: the segment is now in use
                 if self._send(route, latest.announcement):
                     self._counts.add("segments_sent")
                     sub.cursor, sub.sent_version = None, latest.policy_version
@@ -364,7 +368,11 @@ class WeightPublisher:
                 tracked = [zmq.Frame(f, track=True) for f in frames]
                 if not self._send(route, tracked):
                     break  # this subscriber's queue is full
-                self._pool.track(latest.snapshot, zmq.MessageTracker(*tracked))
+                tracker = zmq.MessageTracker(*tracked)
+                self._pool.track(latest.snapshot, tracker)
+                if latest.segment is not None:
+                    with self._lock:
+                        latest.segment.trackers.append(tracker)
                 self._counts.add("pieces_sent")
                 sub.cursor += 1
                 if sub.cursor > len(latest.pieces):
@@ -375,11 +383,17 @@ class WeightPublisher:
         """False when the subscriber's queue is full (go on next pass) or it is gone (forgotten)."""
         delivery = self._link.send(route, frames)
         if delivery is Delivery.GONE:
-            self._subs.pop(route, None)
+            self._forget(route)
         return delivery is Delivery.SENT
+
+    def _forget(self, route: bytes) -> None:
+        self._subs.pop(route, None)
+        with self._lock:
+            if self._segments is not None:
+                self._segments.forget(route)
 
     def _drop_dead(self) -> None:
         for route, sub in list(self._subs.items()):
             if not sub.live.alive():
                 log.info("weights: subscriber silent for %.1fs; forgotten", sub.live.timeout_s)
-                del self._subs[route]
+                self._forget(route)

@@ -1,8 +1,9 @@
-"""Shared-memory weight segments: written once, mapped read-only, checked like pieces, never a path
-the publisher did not make."""
+"""Shared-memory weight segments: mapped read-only, checked like pieces as they are written, never
+rewritten while a subscriber may use them, never a path the publisher did not make."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -12,7 +13,15 @@ import numpy as np
 import pytest
 
 from robotrl.transport.weight_checks import WeightRefused
-from robotrl.transport.weight_segments import SEGMENT_DIR, SegmentWriter, host_id, map_segment, remove_orphans
+from robotrl.transport.weight_segments import (
+    SEGMENT_DIR,
+    SegmentLeases,
+    SegmentPool,
+    host_id,
+    open_segment,
+    read_segment,
+    remove_orphans,
+)
 from robotrl.wire.codec import WireError
 
 pytestmark = pytest.mark.skipif(host_id() is None, reason="no /dev/shm here")
@@ -24,75 +33,107 @@ TENSORS = {
     "steps": np.array([7], np.int64),
 }
 LAYOUT = {name: (arr.shape, arr.dtype) for name, arr in TENSORS.items()}
+ACTOR = b"actor-route"
 
 
-def write(writer: SegmentWriter, tensors: dict[str, np.ndarray]):
-    segment = writer.open(tensors)
+@pytest.fixture
+def pool():
+    segments = SegmentPool()
+    yield segments
+    segments.close()
+
+
+def write(pool: SegmentPool, version: int, tensors: dict[str, np.ndarray], busy=()):
+    segment = pool.open(version, tensors, busy)
     segment.fill(tensors)
     return segment
 
 
-@pytest.fixture
-def writer():
-    w = SegmentWriter()
-    yield w
-    w.close()
+def read(meta: dict, expected=None, max_bytes: int = 1 << 20, **kwargs):
+    return read_segment(open_segment(meta["segment"], max_bytes), meta["tensors"], expected, 16, **kwargs)
 
 
-def test_a_segment_maps_back_to_the_same_tensors_read_only(writer):
-    segment = write(writer, TENSORS)
-    try:
-        meta = segment.meta()
-        got = map_segment(meta["segment"], meta["tensors"], LAYOUT, 1 << 20, 16)
-    finally:
-        segment.unlink()
+def test_a_segment_maps_back_to_the_same_tensors_read_only(pool):
+    meta = write(pool, 1, TENSORS).meta()
+    got = read(meta, LAYOUT)
     assert sorted(got) == sorted(TENSORS)
     for name, arr in TENSORS.items():
         np.testing.assert_array_equal(got[name], arr)
         assert got[name].dtype == arr.dtype and got[name].shape == arr.shape
     assert not got["b"].flags.writeable
-    assert all(entry[3] % 64 == 0 and entry[3] >= 64 for entry in meta["tensors"])  # aligned for vector loads
+    assert all(entry[3] % 64 == 0 and entry[3] >= 64 for entry in meta["tensors"])  # after the header
 
 
-def test_the_writer_copies_the_tensors_so_the_caller_may_change_them(writer):
+def test_the_pool_copies_the_tensors_so_the_caller_may_change_them(pool):
     source = {"w": np.ones(4, np.float32)}
-    segment = write(writer, source)
+    meta = write(pool, 1, source).meta()
     source["w"][:] = 5.0
-    meta = segment.meta()
-    try:
-        got = map_segment(meta["segment"], meta["tensors"], None, 1 << 20, 16)
-    finally:
-        segment.unlink()
-    assert float(got["w"][0]) == 1.0
+    assert float(read(meta)["w"][0]) == 1.0
 
 
-def test_each_version_gets_its_own_file_and_close_leaves_none(writer):
-    first, second = write(writer, TENSORS), write(writer, TENSORS)
-    assert first.path != second.path and first.path.exists() and second.path.exists()
-    first.unlink()
-    second.unlink()
-    writer.close()
+def test_a_segment_is_written_again_only_once_every_subscriber_told_of_it_let_go(pool):
+    first = write(pool, 1, TENSORS)
+    first.lessees.add(ACTOR)
+    second = write(pool, 2, TENSORS)
+    assert second is not first  # leased: a new file
+    pool.release(ACTOR, have=0, holding=[])
+    assert write(pool, 3, TENSORS, busy=[second]) is not first  # version 1 not yet taken
+    pool.release(ACTOR, have=3, holding=[str(first.path)])
+    assert write(pool, 4, TENSORS, busy=[second]) is not first  # its views are still the weights
+    pool.release(ACTOR, have=4, holding=[])
+    again = write(pool, 5, TENSORS, busy=[second])
+    assert again is first and again.version == 5
+    assert write(pool, 6, {"other": np.ones(3, np.float32)}, busy=[first]) not in (first, second)
+
+
+def test_the_version_still_offered_is_never_overwritten(pool):
+    latest = write(pool, 1, TENSORS)
+    assert write(pool, 2, TENSORS, busy=[latest]) is not latest
+
+
+def test_a_forgotten_subscribers_segments_are_retired_never_written_again(pool):
+    held = write(pool, 1, TENSORS)
+    held.lessees.add(ACTOR)
+    got = read(held.meta())  # the silent subscriber's weights
+    pool.forget(ACTOR)
+    assert write(pool, 2, TENSORS) is not held
+    for _ in range(100):  # unlinked on a background thread
+        if not held.path.exists():
+            break
+        threading.Event().wait(0.05)
+    assert not held.path.exists()
+    np.testing.assert_array_equal(got["b"], TENSORS["b"])  # its mapping keeps the memory
+
+
+def test_close_leaves_no_file(pool):
+    write(pool, 1, TENSORS)
+    write(pool, 2, TENSORS).lessees.add(ACTOR)
+    pool.close()
     assert not list(SEGMENT_DIR.glob(f"robotrl-weights-{os.getpid()}-*"))
 
 
-def test_nan_wrong_shape_and_oversized_segments_are_refused(writer):
-    nan = {"w": np.array([1.0, np.nan], np.float32)}
-    segment = write(writer, nan)
-    meta = segment.meta()
-    try:
-        with pytest.raises(WeightRefused, match="non_finite"):
-            map_segment(meta["segment"], meta["tensors"], None, 1 << 20, 16)
-        with pytest.raises(WeightRefused, match="shape"):
-            map_segment(meta["segment"], meta["tensors"], {"w": ((3,), np.dtype(np.float32))}, 1 << 20, 16)
-    finally:
-        segment.unlink()
-    big = write(writer, {"w": np.ones(1000, np.float32)})
-    meta = big.meta()
-    try:
-        with pytest.raises(WeightRefused, match="oversized"):
-            map_segment(meta["segment"], meta["tensors"], None, 3000, 16)
-    finally:
-        big.unlink()
+def test_leases_hold_a_segment_while_its_views_live_and_say_when_they_are_gone(pool):
+    released = threading.Event()
+    leases = SegmentLeases(released.set)
+    meta = write(pool, 1, TENSORS).meta()
+    tensors = read_segment(leases.mapping(meta["segment"], 1 << 20), meta["tensors"], None, 16)
+    leases.lend(meta["segment"], tensors)
+    assert leases.holding() == [meta["segment"]]
+    assert leases.mapping(meta["segment"], 1 << 20) is leases.mapping(meta["segment"], 1 << 20)  # kept
+    del tensors
+    gc.collect()
+    assert released.is_set() and leases.holding() == []
+
+
+def test_nan_wrong_shape_and_oversized_segments_are_refused(pool):
+    meta = write(pool, 1, {"w": np.array([1.0, np.nan], np.float32)}).meta()
+    with pytest.raises(WeightRefused, match="non_finite"):
+        read(meta)
+    with pytest.raises(WeightRefused, match="shape"):
+        read(meta, {"w": ((3,), np.dtype(np.float32))})
+    big = write(pool, 2, {"w": np.ones(1000, np.float32)}).meta()
+    with pytest.raises(WeightRefused, match="oversized"):
+        read(big, max_bytes=3000)
 
 
 @pytest.mark.parametrize(
@@ -107,41 +148,65 @@ def test_nan_wrong_shape_and_oversized_segments_are_refused(writer):
 )
 def test_only_a_weight_segment_is_ever_opened(path):
     with pytest.raises(WireError, match="not a weight segment"):
-        map_segment(path, [["w", "float32", [1], 0]], None, 1 << 20, 16)
+        open_segment(path, 1 << 20)
 
 
 @pytest.mark.parametrize(
     "tensors",
     [
-        [["w", "float32", [4], 0], ["v", "float32", [4], 0]],  # overlapping
-        [["w", "float32", [1 << 20], 0]],  # past the end
-        [["w", "object", [4], 0]],  # a dtype the wire never carries
-        [["w", "float32", [4], 3]],  # misaligned
-        [["w", "float32", [-1], 0]],
+        [["w", "float32", [4], 64], ["v", "float32", [4], 64]],  # overlapping
+        [["v", "float32", [4], 128], ["w", "float32", [4], 64]],  # not in the order written
+        [["w", "float32", [1 << 20], 64]],  # past the end
+        [["w", "object", [4], 64]],  # a dtype the wire never carries
+        [["w", "float32", [4], 65]],  # misaligned
+        [["w", "float32", [4], 0]],  # over the header
+        [["w", "float32", [-1], 64]],
         "w",
         [],
     ],
 )
-def test_a_malformed_announcement_is_refused_before_anything_is_read(writer, tensors):
-    segment = write(writer, {"w": np.ones(4, np.float32), "v": np.ones(4, np.float32)})
-    try:
-        with pytest.raises(WireError):
-            map_segment(str(segment.path), tensors, None, 1 << 20, 16)
-    finally:
-        segment.unlink()
+def test_a_malformed_announcement_is_refused_before_anything_is_read(pool, tensors):
+    segment = write(pool, 1, {"w": np.ones(4, np.float32), "v": np.ones(4, np.float32)})
+    with pytest.raises(WireError):
+        read_segment(open_segment(str(segment.path), 1 << 20), tensors, None, 16, wait_s=0.0)
 
 
-def test_a_segment_gone_is_an_os_error_for_the_caller_to_fall_back_on(writer):
-    segment = write(writer, TENSORS)
-    meta = segment.meta()
+def test_a_segment_gone_is_an_os_error_for_the_caller_to_fall_back_on(pool):
+    segment = write(pool, 1, TENSORS)
     segment.unlink()
     with pytest.raises(FileNotFoundError):
-        map_segment(meta["segment"], meta["tensors"], LAYOUT, 1 << 20, 16)
+        open_segment(str(segment.path), 1 << 20)
+
+
+def test_a_subscriber_checks_each_tensor_as_the_publisher_writes_it(pool):
+    tensors = {f"t{i}": np.full(1000, float(i), np.float32) for i in range(8)}
+    segment = pool.open(1, tensors, ())
+    meta = segment.meta()
+    got: dict[str, dict[str, np.ndarray]] = {}
+    reader = threading.Thread(target=lambda: got.setdefault("tensors", read(meta)))
+    reader.start()  # mapped before a single tensor is written: it waits on the header's count
+    segment.fill(tensors)
+    reader.join(10)
+    assert not reader.is_alive()
+    for name, arr in tensors.items():
+        np.testing.assert_array_equal(got["tensors"][name], arr)
+
+
+def test_a_segment_never_finished_or_abandoned_is_refused_as_partial(pool):
+    tensors = {"a": np.ones(4, np.float32), "b": np.ones(4, np.float32)}
+    segment = pool.open(1, tensors, ())
+    meta = segment.meta()
+    with pytest.raises(WeightRefused, match=r"partial.*'a' was never written"):
+        read(meta, wait_s=0.0)
+    with pytest.raises(TypeError):
+        segment.fill({"a": np.ones(4, np.float32), "b": "not an array"})  # the learner's own error...
+    with pytest.raises(WeightRefused, match=r"partial.*'b' was never written"):  # ...refused at once
+        read(meta, wait_s=3600.0)
 
 
 def test_segments_of_a_killed_publisher_are_removed_and_a_living_ones_kept():
     dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
     )
     orphan = SEGMENT_DIR / f"robotrl-weights-{int(dead.stdout)}-0123456789abcdef"
     living = SEGMENT_DIR / f"robotrl-weights-{os.getpid()}-0123456789abcdef"
@@ -153,39 +218,3 @@ def test_segments_of_a_killed_publisher_are_removed_and_a_living_ones_kept():
     finally:
         orphan.unlink(missing_ok=True)
         living.unlink(missing_ok=True)
-
-
-def test_a_subscriber_checks_each_tensor_as_the_publisher_writes_it(writer):
-    tensors = {f"t{i}": np.full(1000, float(i), np.float32) for i in range(8)}
-    segment = writer.open(tensors)
-    meta = segment.meta()
-    got: dict[str, dict[str, np.ndarray]] = {}
-    reader = threading.Thread(
-        target=lambda: got.setdefault(
-            "tensors", map_segment(meta["segment"], meta["tensors"], None, 1 << 20, 16)
-        )
-    )
-    try:
-        reader.start()  # mapped before a single tensor is written: it waits on the header's count
-        segment.fill(tensors)
-        reader.join(10)
-    finally:
-        segment.unlink()
-    assert not reader.is_alive()
-    for name, arr in tensors.items():
-        np.testing.assert_array_equal(got["tensors"][name], arr)
-
-
-def test_a_segment_never_finished_or_abandoned_is_refused_as_partial(writer):
-    tensors = {"a": np.ones(4, np.float32), "b": np.ones(4, np.float32)}
-    segment = writer.open(tensors)
-    meta = segment.meta()
-    try:
-        with pytest.raises(WeightRefused, match=r"partial.*'a' was never written"):
-            map_segment(meta["segment"], meta["tensors"], None, 1 << 20, 16, wait_s=0.0)
-        with pytest.raises(TypeError):
-            segment.fill({"a": np.ones(4, np.float32), "b": "not an array"})  # the learner's own error...
-        with pytest.raises(WeightRefused, match=r"partial.*'b' was never written"):  # ...refused at once
-            map_segment(meta["segment"], meta["tensors"], None, 1 << 20, 16, wait_s=3600.0)
-    finally:
-        segment.unlink()
