@@ -16,7 +16,8 @@ Weight link (actor DEALER -> learner ROUTER):
 
 - ``want`` subscriber -> publisher, every heartbeat period (meta ``have``: the
   newest version installed or -1, ``restart``: resend the current version from its
-  first piece, ``host``: its boot id when it can map this host's shared memory);
+  first piece, ``host``: its boot id when it can map this host's shared memory,
+  ``holding``: the segments its handed-out updates still use, at most 64);
 - ``wbeat`` publisher -> subscriber, the reply (meta ``session``, ``latest``);
 - ``wpiece`` publisher -> subscriber (seq = version; meta ``subset``, ``created_time``,
   ``index``, ``count``, ``session``): some whole tensors of one update, pieces in
@@ -29,7 +30,7 @@ Weight link (actor DEALER -> learner ROUTER):
 - ``wshm`` publisher -> a subscriber whose ``host`` is the publisher's own, instead of the
   pieces and seal (seq = version; meta ``subset``, ``created_time``, ``session``,
   ``segment``: the file, ``tensors``: [name, dtype, shape, offset] each): the whole update,
-  written once into shared memory (:mod:`robotrl.transport.weight_segments`).
+  being written into shared memory (:mod:`robotrl.transport.weight_segments`).
 
 Every accessor raises :class:`WireError` with reason ``schema`` on a malformed field.
 """

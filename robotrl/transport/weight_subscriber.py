@@ -13,8 +13,9 @@ and no bigger message is read; without a layout, 1 GiB and 1024 pieces.
 :meth:`WeightSubscriber.latest` never blocks: the inference worker polls it
 between two inferences. On the publisher's own host an update may instead arrive as one
 shared-memory segment (:mod:`.weight_segments`), mapped and checked the same way but for the
-digest (no wire, no copy); a segment that cannot be opened here turns that off for good, and
-the version is asked for again over the socket.
+digest (no wire, no copy); every want then lists the segments still in use, so that none is
+rewritten under the weights. A segment that cannot be opened here turns that off for good,
+and the version is asked for again over the socket.
 """
 
 from __future__ import annotations
