@@ -27,9 +27,10 @@ def load_parameters(
     """Put ``tensors`` into ``module``'s state; every name, shape and dtype is checked first.
 
     Raises KeyError (unknown name) or ValueError (shape, dtype) before anything changes.
-    ``zero_copy`` makes a CPU module's tensors views of the arrays (for a verified update
-    nobody will write to: the wire buffers stay alive as long as the module uses them)
-    instead of copying 200 MB into the old ones; tensors on a GPU are always copied.
+    ``zero_copy`` makes a CPU module's parameters views of the arrays (for a verified update
+    nobody will write to: the wire buffers or shared memory stay alive as long as the module
+    uses them) instead of copying 200 MB into the old ones; buffers, which a module may
+    update in place, and tensors on a GPU are always copied.
     """
     state = module.state_dict()
     for name, arr in tensors.items():
@@ -45,10 +46,11 @@ def load_parameters(
         warnings.simplefilter("ignore", UserWarning)  # from_numpy of a read-only wire view: only read
         as_torch = {name: torch.from_numpy(np.asarray(arr)) for name, arr in tensors.items()}
         users = Counter(t.data_ptr() for t in state.values()) if zero_copy else Counter()
-        shared = {  # a CPU tensor no other entry uses (tied weights stay tied: those are copied into)
-            n: t
+        parameters = dict(module.named_parameters()) if zero_copy else {}
+        shared = {  # a CPU parameter no other entry uses (tied weights stay tied: those are copied
+            n: t  # into), never a buffer, which a module may update in place (BatchNorm's statistics)
             for n, t in as_torch.items()
-            if zero_copy
+            if n in parameters
             and state[n].device.type == "cpu"
             and state[n].dtype == t.dtype
             and users[state[n].data_ptr()] == 1

@@ -29,6 +29,7 @@ import contextlib
 import logging
 import mmap
 import os
+import platform
 import re
 import secrets
 import stat
@@ -68,7 +69,10 @@ Entry = tuple[str, str, tuple[int, ...], int]
 
 def host_id() -> str | None:
     """This boot's id where segments can be made and read (equal for two processes of one
-    host), else None (no ``/dev/shm``, not Linux)."""
+    host), else None: no ``/dev/shm``, not Linux, or not x86-64, whose in-order stores the
+    header's count relies on (an ARM reader could see the count before the bytes)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
     try:
         boot = _BOOT_ID.read_text().strip()
     except OSError:
@@ -107,18 +111,23 @@ class Segment:
     version: int = -1
     entries: list[Entry] = field(default_factory=list)
     arrays: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+    offered: bool = False
+    """Its version is the publisher's pending or latest one: being announced, or still to be."""
     lessees: set[bytes] = field(default_factory=set)
     """Subscribers told of this version that may still read it or use it as weights."""
     trackers: list[zmq.MessageTracker] = field(default_factory=list)
     """Pieces of it queued on the socket (zero-copy: they read it until sent)."""
+    retired: bool = False
+    """A forgotten subscriber may use it: never written again, unlinked once not offered."""
 
     @classmethod
     def create(cls, size: int) -> Segment:
-        """A new file of ``size`` bytes (this user's only), mapped, its pages touched."""
+        """A new file of ``size`` bytes (this user's only), mapped, its pages touched. Raises
+        OSError (ENOSPC) when /dev/shm cannot hold it, rather than SIGBUS at the first write."""
         path = SEGMENT_DIR / f"{_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
         try:
-            os.ftruncate(fd, size)
+            os.posix_fallocate(fd, 0, size)
             mapped = mmap.mmap(fd, size)
         except BaseException:
             path.unlink()
@@ -133,13 +142,13 @@ class Segment:
         return np.frombuffer(self.mapped, np.uint64, 2)
 
     def idle(self) -> bool:
-        """Nobody reads it: it may hold a new version."""
+        """Nobody reads it nor will be told of it: it may hold a new version."""
         self.trackers = [t for t in self.trackers if not t.done]
-        return not self.lessees and not self.trackers
+        return not (self.offered or self.retired or self.lessees or self.trackers)
 
     def lay_out(self, version: int, entries: list[Entry]) -> None:
         """Make it ``version``'s, nothing written yet."""
-        self.version, self.entries = version, entries
+        self.version, self.entries, self.offered = version, entries, True
         self.arrays = {
             name: _view(self.mapped, dtype, shape, offset) for name, dtype, shape, offset in entries
         }
@@ -188,9 +197,12 @@ def remove_orphans() -> int:
 
 class SegmentPool:
     """Publisher side: its segments, each written again only once idle. Not thread-safe: the
-    publisher calls it under its own lock. When a publication leaves fewer than two idle
-    segments, one more is made on a thread of the lowest priority, so that a publication seldom
-    waits for fresh pages (130 ms for 200 MB here)."""
+    publisher calls it under its own lock (the background maker has a lock of its own). When a
+    publication leaves fewer than two idle segments spare, the missing ones are made on a thread
+    of the lowest priority, so that a publication seldom waits for fresh pages (130 ms for
+    200 MB here); idle ones beyond two spares are unlinked."""
+
+    SPARES = 2
 
     def __init__(self) -> None:
         removed = remove_orphans()
@@ -198,52 +210,78 @@ class SegmentPool:
             log.info("weights: removed %d shared-memory segment(s) left by a killed publisher", removed)
         self._segments: list[Segment] = []
         self._made: list[Segment] = []  # by the background thread, not yet in the pool
-        self._making = threading.Lock()  # held while one is made; guards _made
+        self._making = threading.Lock()  # held while one is made; guards _made and _closed
+        self._closed = False
 
-    def open(
-        self, version: int, tensors: Mapping[str, npt.NDArray[Any]], busy: Collection[Segment]
-    ) -> Segment:
-        """A segment laid out for ``tensors`` as ``version`` (its :meth:`Segment.fill` copies them):
-        an idle one not in ``busy`` (the versions still offered), else a new one."""
+    def open(self, version: int, tensors: Mapping[str, npt.NDArray[Any]]) -> Segment | None:
+        """A segment laid out for ``tensors`` as ``version`` and offered until :meth:`withdraw`
+        (its :meth:`Segment.fill` copies them): an idle one, else a new one; None when /dev/shm
+        cannot hold another (the version then goes over the socket)."""
         entries, size = _plan(tensors)
         with self._making:
             self._segments += self._made
             self._made.clear()
-        idle = [s for s in self._segments if len(s.mapped) == size and s not in busy and s.idle()]
+        idle = [s for s in self._segments if len(s.mapped) == size and s.idle()]
+        for extra in idle[1 + self.SPARES :]:
+            self._drop(extra)
         if idle:
             segment = idle[0]
         else:
-            segment = Segment.create(size)
+            try:
+                segment = Segment.create(size)
+            except OSError as exc:
+                log.warning(
+                    "weights: no shared-memory segment of %d MB (%s); over the socket", size >> 20, exc
+                )
+                return None
             self._segments.append(segment)
-        if len(idle) < 2:
-            _at_lowest_priority(lambda: self._make(size))
+        missing = self.SPARES - (len(idle) - 1)
+        if missing > 0:
+            _at_lowest_priority(lambda: self._make(size, missing))
         segment.lay_out(version, entries)
         return segment
 
-    def _make(self, size: int) -> None:
+    def _make(self, size: int, count: int) -> None:
         if not self._making.acquire(blocking=False):
-            return  # one is being made
+            return  # some are being made
         try:
-            self._made.append(Segment.create(size))
+            for _ in range(count):
+                if self._closed:
+                    return
+                self._made.append(Segment.create(size))
         except OSError as exc:  # /dev/shm full: a publication makes its own, or says why
             log.warning("weights: could not prepare a shared-memory segment: %s", exc)
         finally:
             self._making.release()
 
-    def release(self, subscriber: bytes, have: int, holding: Collection[str]) -> None:
-        """``subscriber`` has taken every version up to ``have`` and still uses ``holding``."""
+    def withdraw(self, segment: Segment) -> None:
+        """``segment``'s version is no longer offered (superseded): idle once its readers let go."""
+        segment.offered = False
+        if segment.retired:
+            self._drop(segment)
+
+    def release(self, subscriber: bytes, seen: int, holding: Collection[str]) -> None:
+        """``subscriber`` has dealt with every version up to ``seen`` (taken or refused) and its
+        weights still use ``holding``."""
         for segment in self._segments:
-            if subscriber in segment.lessees and segment.version <= have and str(segment.path) not in holding:
+            if subscriber in segment.lessees and segment.version <= seen and str(segment.path) not in holding:
                 segment.lessees.discard(subscriber)
 
     def forget(self, subscriber: bytes) -> None:
-        """A subscriber gone silent may still use its segments: retire them, never to be written."""
+        """A subscriber gone silent may still use its segments: retire them, never to be written
+        again (the one still offered stays linked for others until withdrawn)."""
         for segment in [s for s in self._segments if subscriber in s.lessees]:
-            self._segments.remove(segment)
-            _at_lowest_priority(segment.unlink)
+            segment.retired = True
+            if not segment.offered:
+                self._drop(segment)
+
+    def _drop(self, segment: Segment) -> None:
+        self._segments.remove(segment)
+        _at_lowest_priority(segment.unlink)
 
     def close(self) -> None:
         with self._making:  # waits for one being made
+            self._closed = True
             self._segments += self._made
             self._made.clear()
         for segment in self._segments:
@@ -337,7 +375,7 @@ class SegmentLeases:
     still use (reported in every ``want``). ``on_release`` is called, from whichever thread drops
     the last view of a segment, so that the publisher can hear of it at once."""
 
-    def __init__(self, on_release: Callable[[], None], keep_mapped: int = 8) -> None:
+    def __init__(self, on_release: Callable[[], None], keep_mapped: int = 4) -> None:
         self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
         self._keep = keep_mapped
         self._views: dict[str, list[weakref.ref[npt.NDArray[Any]]]] = {}
@@ -369,3 +407,7 @@ class SegmentLeases:
 
     def _released(self, _: object) -> None:
         self._on_release()
+
+    def close(self) -> None:
+        """Let go of the kept mappings (views handed out keep their own)."""
+        self._maps.clear()

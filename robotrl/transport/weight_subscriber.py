@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 
 _PIECES_WITHOUT_LAYOUT = 1024
 """Most pieces an update may declare when the subscriber does not know the policy's layout."""
+_MAP_FAILURES = 3
+"""Segments in a row that could not be mapped before a subscriber stops asking for them."""
 _TENSORS_WITHOUT_LAYOUT = 4096
 """Most tensors a shared-memory update may announce when the subscriber does not know the layout."""
 
@@ -94,7 +96,10 @@ class WeightSubscriber:
         shared_memory: bool = True,
     ) -> None:
         self.endpoint = endpoint
+        self._shared_memory = shared_memory
         self._host = host_id() if shared_memory else None  # said in every want; None: pieces only
+        self._map_failures = 0  # segments in a row this subscriber could not map
+        self._seen = -1  # the newest segment's version dealt with (taken or refused) in this session
         self._expected = expected
         # The actor's own weights belong to no publisher: the first session followed replaces them.
         self._sessions = SessionVersions(version=have_policy_version)
@@ -163,6 +168,7 @@ class WeightSubscriber:
 
     def close(self) -> None:
         self._link.close()
+        self._leases.close()
 
     # -- I/O thread: the link's ClientHandler ----------------------------------------------
 
@@ -179,7 +185,14 @@ class WeightSubscriber:
         place = {} if self._host is None else {"host": self._host}
         held = self._leases.holding()  # reported even after falling back to pieces: still in use
         want = p.control(
-            p.WANT, "actor", have=self._sessions.version, restart=self._restart, holding=held, **place
+            p.WANT,
+            "actor",
+            have=self._sessions.version,
+            restart=self._restart,
+            holding=held,
+            seen=self._seen,
+            session=self._sessions.session,
+            **place,
         )
         if self._link.send(encode(want)):  # else not connected: the missing reply tells us so
             self._restart = False
@@ -229,7 +242,7 @@ class WeightSubscriber:
             return False
         previous = self._sessions.follow(session)
         if previous is not None:
-            self._assembly, self._skip_version = None, -1
+            self._assembly, self._skip_version, self._seen = None, -1, -1
             if previous[0]:
                 log.warning(
                     "weights: publisher session changed (%s at version %d -> %s); following its versions",
@@ -307,6 +320,8 @@ class WeightSubscriber:
         if asm.hasher.hexdigest() != digest:
             raise WeightRefused("digest", f"version {version}: tensors do not match the digest")
         self._hand_out(asm.version, asm.tensors, digest, asm.subset, asm.created_time)
+        if self._shared_memory and self._host is None and self._map_failures < _MAP_FAILURES:
+            self._host = host_id()  # a segment that could not be mapped: try the next one again
 
     def _on_segment(self, message: Message) -> None:
         self._counts.add("segments")
@@ -320,15 +335,33 @@ class WeightSubscriber:
         path = message.meta.get("segment")
         try:
             mapped = self._leases.mapping(path, self._max_bytes + 64 * (self._max_tensors + 1))
+            wait_s = 5.0 + len(mapped) / 50e6  # the publisher copies far faster than 50 MB/s
+            tensors = read_segment(
+                mapped, message.meta.get("tensors"), self._expected, self._max_tensors, wait_s=wait_s
+            )
+            check_complete(tensors.keys(), subset, self._expected)
         except OSError as exc:
-            log.warning("weights: cannot map the publisher's shared memory (%s); socket from now on", exc)
-            self._host, self._restart = None, True
+            self._cannot_map(exc)
             return
-        tensors = read_segment(mapped, message.meta.get("tensors"), self._expected, self._max_tensors)
+        finally:  # taken or refused: the publisher may write its segment again once not held
+            self._seen = max(self._seen, version)
+            self._let_go.set()  # say so at once
+        self._map_failures = 0
         self._assembly = None  # a version in one piece replaces any half-received one
-        check_complete(tensors.keys(), subset, self._expected)
         self._leases.lend(str(path), tensors)
         self._hand_out(version, tensors, "", subset, created)
+
+    def _cannot_map(self, exc: OSError) -> None:
+        """Ask for this version over the socket; after three such segments in a row, for good
+        (the two sides do not share /dev/shm: separate containers)."""
+        self._map_failures += 1
+        self._host, self._restart = None, True
+        for_good = self._map_failures >= _MAP_FAILURES
+        log.warning(
+            "weights: cannot map the publisher's shared memory (%s); %s",
+            exc,
+            "over the socket from now on" if for_good else "this version over the socket",
+        )
 
     def _hand_out(
         self, version: int, tensors: dict[str, npt.NDArray[Any]], digest: str, subset: str, created: float

@@ -133,6 +133,7 @@ class WeightPublisher:
         self._pool = SnapshotPool()
         self._host = host_id() if shared_memory else None
         self._segments = SegmentPool() if self._host is not None else None  # under self._lock
+        self._local: set[bytes] = set()  # subscribers on this host (under self._lock)
         self._latest: _Published | None = None
         self._subs: dict[bytes, _Sub] = {}
         self._counts = Counters(
@@ -186,20 +187,26 @@ class WeightPublisher:
             version = self._next_version
             self._next_version += 1
             segment = None
-            if copy and self._segments is not None:
-                offered = [p.segment for p in (self._latest, self._pending) if p is not None and p.segment]
-                segment = self._segments.open(version, tensors, busy=offered)
+            if copy and self._segments is not None and self._local:
+                segment = self._segments.open(version, tensors)
         snap = self._pool.take(tensors) if copy and segment is None else None
         arrays = segment.arrays if segment is not None else snap.arrays if snap is not None else dict(tensors)
         pending = _Pending(WeightUpdate(version, arrays, "", subset, created), snap, segment)
         with self._lock:
             if self._pending is not None:
-                self._counts.add("superseded")  # never announced: its segment is idle again
-                self._pool.release(self._pending.snapshot)
+                self._counts.add("superseded")  # never announced
+                self._withdraw(self._pending)
             self._pending = pending
         if segment is not None:
             self._wake.set()  # subscribers on this host check each tensor while the next is copied
-            segment.fill(tensors)
+            try:
+                segment.fill(tensors)
+            except BaseException:  # subscribers mapping it refuse it; nobody else is offered it
+                with self._lock:
+                    if self._pending is pending:
+                        self._pending = None
+                        self._withdraw(pending)
+                raise
         pending.written.set()
         self._wake.set()
         return version
@@ -221,7 +228,14 @@ class WeightPublisher:
         with self._lock:
             out["policy_version"] = self._latest.policy_version if self._latest else None
             out["subscribers"] = len(self._subs)
+            out["local_subscribers"] = len(self._local)
         return out
+
+    def _withdraw(self, offer: _Pending | _Published) -> None:
+        """A version superseded (under the lock): its buffers go back for reuse once unread."""
+        self._pool.release(offer.snapshot)
+        if offer.segment is not None and self._segments is not None:
+            self._segments.withdraw(offer.segment)
 
     def close(self) -> None:
         self._wake.set()
@@ -253,9 +267,14 @@ class WeightPublisher:
             or not all(isinstance(h, str) for h in holding)
         ):
             raise WireError("schema", f"want: meta 'holding' must list at most {MAX_HELD} segment names")
+        seen = p.meta_int(message, "seen", lo=-1) if "seen" in message.meta else -1
         with self._lock:
-            if self._segments is not None:
-                self._segments.release(route, have, holding)
+            if host is not None and host == self._host:
+                self._local.add(route)
+            else:
+                self._local.discard(route)
+            if self._segments is not None and message.meta.get("session") == self.session:
+                self._segments.release(route, seen, holding)  # versions of this session only
         self._on_want(route, have, message.meta.get("restart") is True, host)
 
     def on_rejected(self, error: WireError) -> None:
@@ -307,7 +326,7 @@ class WeightPublisher:
         )
         with self._lock:
             if self._latest is not None:
-                self._pool.release(self._latest.snapshot)
+                self._withdraw(self._latest)
             self._latest = published
         self._counts.add("published")
         for sub in self._subs.values():
@@ -389,6 +408,7 @@ class WeightPublisher:
     def _forget(self, route: bytes) -> None:
         self._subs.pop(route, None)
         with self._lock:
+            self._local.discard(route)
             if self._segments is not None:
                 self._segments.forget(route)
 

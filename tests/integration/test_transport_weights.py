@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -151,21 +152,31 @@ def test_nan_or_wrong_shape_updates_are_refused_the_old_weights_stay_and_inferen
         pub.close()
 
 
+def local_subscriber(pub: WeightPublisher, layout) -> WeightSubscriber:
+    """A subscriber the publisher knows to be on its host: its versions go by shared memory."""
+    sub = subscriber(pub.endpoint, expected=layout)
+    wait_for(lambda: pub.stats()["local_subscribers"] == 1, 20, "the subscriber to offer shared memory")
+    return sub
+
+
 def test_on_one_host_an_update_arrives_as_one_segment_and_segments_are_reused_once_let_go():
     tensors = {f"layer{i}.w": np.full((256, 256), float(i), np.float32) for i in range(4)}
     layout = {k: (v.shape, v.dtype) for k, v in tensors.items()}
     pub = WeightPublisher("tcp://127.0.0.1:0", heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
-    sub = subscriber(pub.endpoint, expected=layout)
+    sub = local_subscriber(pub, layout)
     ours = f"robotrl-weights-{os.getpid()}-*"
     files = set()
     try:
+        kept = None
         for version in range(1, 13):
             tensors["layer0.w"][0, 0] = version  # training changed the weights
             assert pub.publish(tensors) == version
             update = sub.recv(20.0)  # the one before is dropped here: its segment may be written again
             assert update is not None and update.policy_version == version
             assert float(update.tensors["layer0.w"][0, 0]) == version
+            kept = kept or update  # version 1, still in use: never written again
             files |= set(SEGMENT_DIR.glob(ours))
+        assert float(kept.tensors["layer0.w"][0, 0]) == 1.0
     finally:
         sub.close()
         pub.close()
@@ -173,13 +184,69 @@ def test_on_one_host_an_update_arrives_as_one_segment_and_segments_are_reused_on
     assert pub.stats()["segments_sent"] == 12 and pub.stats()["pieces_sent"] == 0
     for name, arr in tensors.items():
         np.testing.assert_array_equal(update.tensors[name], arr)
-    # 12 versions in at most 6 files: the newest, the one held, one whose release is on its way,
-    # the one being written and the spare made in the background
-    assert len(files) <= 6
+    # 12 versions in far fewer files: the one kept, the newest, the one dropped last (its release
+    # on its way), the spares made in the background
+    assert len(files) <= 7
     assert not list(SEGMENT_DIR.glob(ours))  # close removes every file it made
 
 
-def test_a_segment_that_cannot_be_mapped_falls_back_to_pieces_for_good(monkeypatch, caplog):
+def test_refused_segments_are_written_again_not_piled_up():
+    pub = WeightPublisher("tcp://127.0.0.1:0", heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
+    sub = local_subscriber(pub, LAYOUT)
+    ours = f"robotrl-weights-{os.getpid()}-*"
+    nan = {"w": np.full((64, 64), np.nan, np.float32), "b": np.zeros(64, np.float32)}
+    files = set()
+    try:
+        for refused in range(1, 21):
+            pub.publish(nan)
+            wait_for(
+                lambda n=refused: sub.stats()["refused_non_finite"] == n, 20, "the NaN version to be refused"
+            )
+            files |= set(SEGMENT_DIR.glob(ours))
+        good = pub.publish({"w": np.ones((64, 64), np.float32), "b": np.zeros(64, np.float32)})
+        update = sub.recv(20.0)
+    finally:
+        sub.close()
+        pub.close()
+    assert update is not None and update.policy_version == good
+    assert len(files) <= 8  # for 20 refused versions (each in a file of its own before)
+
+
+def test_a_late_joiner_after_a_forgotten_subscriber_still_maps_the_newest_version():
+    pub = WeightPublisher("tcp://127.0.0.1:0", heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
+    first = local_subscriber(pub, LAYOUT)
+    try:
+        version = pub.publish({"w": np.full((64, 64), 2.0, np.float32), "b": np.zeros(64, np.float32)})
+        assert first.recv(20.0) is not None
+        first.close()  # silent from now on: forgotten after the peer timeout, its segment retired
+        wait_for(lambda: pub.stats()["subscribers"] == 0, 20, "the silent subscriber to be forgotten")
+        late = subscriber(pub.endpoint, expected=LAYOUT)
+        update = late.recv(20.0)
+        late.close()
+    finally:
+        pub.close()
+    assert update is not None and update.policy_version == version and float(update.tensors["w"][0, 0]) == 2.0
+    assert late.stats()["segments"] == 1 and late.stats()["pieces"] == 0
+
+
+def test_with_no_room_in_dev_shm_versions_go_over_the_socket(monkeypatch):
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    pub = WeightPublisher("tcp://127.0.0.1:0", heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
+    sub = local_subscriber(pub, LAYOUT)
+    try:
+        version = pub.publish({"w": np.full((64, 64), 5.0, np.float32), "b": np.zeros(64, np.float32)})
+        update = sub.recv(20.0)
+    finally:
+        sub.close()
+        pub.close()
+    assert update is not None and update.policy_version == version and update.digest
+    assert sub.stats()["segments"] == 0 and sub.stats()["pieces"] == 1
+
+
+def test_a_segment_that_cannot_be_mapped_is_asked_for_again_then_given_up(monkeypatch, caplog):
     def unreadable(*_: object) -> None:  # as where the two sides see different /dev/shm (containers)
         raise FileNotFoundError("no such segment here")
 
@@ -189,15 +256,15 @@ def test_a_segment_that_cannot_be_mapped_falls_back_to_pieces_for_good(monkeypat
     sub = subscriber(pub.endpoint, expected=LAYOUT)
     try:
         with caplog.at_level(logging.WARNING):
-            pub.publish(tensors)
-            first = sub.recv(20.0)
-            pub.publish(tensors)
-            second = sub.recv(20.0)
+            for version in (1, 2, 3, 4):
+                expected_local = 1 if version <= 3 else 0  # three failures in a row: pieces for good
+                wait_for(lambda n=expected_local: pub.stats()["local_subscribers"] == n, 20, "the want")
+                assert pub.publish(tensors) == version
+                update = sub.recv(20.0)
+                assert update is not None and update.policy_version == version
+                assert update.digest and float(update.tensors["w"][0, 0]) == 3.0  # pieces, checked
     finally:
         sub.close()
         pub.close()
-    assert first is not None and first.policy_version == 1 and float(first.tensors["w"][0, 0]) == 3.0
-    assert second is not None and second.policy_version == 2
-    assert sub.stats()["segments"] == 1 and sub.stats()["pieces"] == 2  # the second never tried a segment
-    assert first.digest  # pieces end with the digest, checked
-    assert "cannot map the publisher's shared memory" in caplog.text
+    assert sub.stats()["segments"] == 3 and sub.stats()["pieces"] == 4
+    assert "this version over the socket" in caplog.text and "over the socket from now on" in caplog.text

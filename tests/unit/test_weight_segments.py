@@ -3,6 +3,7 @@ rewritten while a subscriber may use them, never a path the publisher did not ma
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import subprocess
@@ -43,8 +44,9 @@ def pool():
     segments.close()
 
 
-def write(pool: SegmentPool, version: int, tensors: dict[str, np.ndarray], busy=()):
-    segment = pool.open(version, tensors, busy)
+def write(pool: SegmentPool, version: int, tensors: dict[str, np.ndarray]):
+    segment = pool.open(version, tensors)
+    assert segment is not None
     segment.fill(tensors)
     return segment
 
@@ -73,22 +75,34 @@ def test_the_pool_copies_the_tensors_so_the_caller_may_change_them(pool):
 
 def test_a_segment_is_written_again_only_once_every_subscriber_told_of_it_let_go(pool):
     first = write(pool, 1, TENSORS)
-    first.lessees.add(ACTOR)
+    first.lessees.add(ACTOR)  # announced to the actor
     second = write(pool, 2, TENSORS)
-    assert second is not first  # leased: a new file
-    pool.release(ACTOR, have=0, holding=[])
-    assert write(pool, 3, TENSORS, busy=[second]) is not first  # version 1 not yet taken
-    pool.release(ACTOR, have=3, holding=[str(first.path)])
-    assert write(pool, 4, TENSORS, busy=[second]) is not first  # its views are still the weights
-    pool.release(ACTOR, have=4, holding=[])
-    again = write(pool, 5, TENSORS, busy=[second])
+    pool.withdraw(first)  # version 2 supersedes it
+    assert second is not first
+    pool.release(ACTOR, seen=0, holding=[])  # a want from before version 1 was dealt with
+    third = write(pool, 3, TENSORS)
+    pool.withdraw(second)
+    assert third is not first
+    pool.release(ACTOR, seen=3, holding=[str(first.path)])  # its views are still the weights
+    assert write(pool, 4, TENSORS) is second  # idle: withdrawn, never leased
+    pool.withdraw(third)
+    pool.release(ACTOR, seen=4, holding=[])
+    again = write(pool, 5, TENSORS)
     assert again is first and again.version == 5
-    assert write(pool, 6, {"other": np.ones(3, np.float32)}, busy=[first]) not in (first, second)
 
 
-def test_the_version_still_offered_is_never_overwritten(pool):
-    latest = write(pool, 1, TENSORS)
-    assert write(pool, 2, TENSORS, busy=[latest]) is not latest
+def test_a_version_still_offered_is_never_overwritten(pool):
+    latest = write(pool, 1, TENSORS)  # not withdrawn: pending or latest, to be announced
+    assert write(pool, 2, TENSORS) is not latest
+
+
+def test_a_refused_version_lets_its_segment_go_all_the_same(pool):
+    refused = write(pool, 1, {"w": np.array([np.nan], np.float32)})
+    refused.lessees.add(ACTOR)
+    write(pool, 2, {"w": np.ones(1, np.float32)})
+    pool.withdraw(refused)
+    pool.release(ACTOR, seen=1, holding=[])  # dealt with: refused, so never held
+    assert write(pool, 3, {"w": np.ones(1, np.float32)}) is refused
 
 
 def test_a_forgotten_subscribers_segments_are_retired_never_written_again(pool):
@@ -96,13 +110,25 @@ def test_a_forgotten_subscribers_segments_are_retired_never_written_again(pool):
     held.lessees.add(ACTOR)
     got = read(held.meta())  # the silent subscriber's weights
     pool.forget(ACTOR)
+    assert held.path.exists()  # still offered: a subscriber joining now is told of it
     assert write(pool, 2, TENSORS) is not held
-    for _ in range(100):  # unlinked on a background thread
+    pool.withdraw(held)
+    assert write(pool, 3, TENSORS) is not held
+    for _ in range(100):  # unlinked on a background thread once withdrawn
         if not held.path.exists():
             break
         threading.Event().wait(0.05)
     assert not held.path.exists()
     np.testing.assert_array_equal(got["b"], TENSORS["b"])  # its mapping keeps the memory
+
+
+def test_a_full_shm_is_an_os_error_and_no_segment_not_a_crash(pool, monkeypatch):
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    assert pool.open(1, TENSORS) is None
+    assert not list(SEGMENT_DIR.glob(f"robotrl-weights-{os.getpid()}-*"))
 
 
 def test_close_leaves_no_file(pool):
@@ -178,9 +204,10 @@ def test_a_segment_gone_is_an_os_error_for_the_caller_to_fall_back_on(pool):
         open_segment(str(segment.path), 1 << 20)
 
 
-def test_a_subscriber_checks_each_tensor_as_the_publisher_writes_it(pool):
+def test_a_subscriber_mapping_a_segment_being_written_waits_for_each_tensor(pool):
     tensors = {f"t{i}": np.full(1000, float(i), np.float32) for i in range(8)}
-    segment = pool.open(1, tensors, ())
+    segment = pool.open(1, tensors)
+    assert segment is not None
     meta = segment.meta()
     got: dict[str, dict[str, np.ndarray]] = {}
     reader = threading.Thread(target=lambda: got.setdefault("tensors", read(meta)))
@@ -194,7 +221,8 @@ def test_a_subscriber_checks_each_tensor_as_the_publisher_writes_it(pool):
 
 def test_a_segment_never_finished_or_abandoned_is_refused_as_partial(pool):
     tensors = {"a": np.ones(4, np.float32), "b": np.ones(4, np.float32)}
-    segment = pool.open(1, tensors, ())
+    segment = pool.open(1, tensors)
+    assert segment is not None
     meta = segment.meta()
     with pytest.raises(WeightRefused, match=r"partial.*'a' was never written"):
         read(meta, wait_s=0.0)
