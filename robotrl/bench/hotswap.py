@@ -13,7 +13,7 @@ Measured, from the learner's ``publish`` call (before any copy or serialisation)
 call itself (the snapshot copy), publish-to-installed, to the worker's loader having the
 verified update in the spare slot (the worker's own ``time.monotonic`` stamp), and
 publish-to-active, to the first chunk of the new version entering the actor's action queue
-(the difference: waiting for the running inference, the swap and one inference), after two
+(the difference: waiting for the running inference, the swap and one inference), after four
 warm-up publications (reported apart) in which the publisher allocates its buffers; missed
 deadlines and starved ticks of the control loop over the whole run; the latest tick start.
 Both weight paths run, one after the other (:data:`PATHS`): shared memory, which an actor on
@@ -62,7 +62,7 @@ WIDTH = 2048
 LAYERS = 12  # 12 x (2048 x 2048 + 2048) = 50.3M parameters
 CONTROL_HZ = 50.0
 INFERENCE_S = 0.02
-WARMUP = 2  # publications before the measured ones: the publisher's snapshot buffers get allocated
+WARMUP = 4  # publications before the measured ones: the publisher's buffers (4 segments) get made
 
 
 def make_policy(seed: int) -> torch.nn.Sequential:

@@ -17,7 +17,9 @@ Weight link (actor DEALER -> learner ROUTER):
 - ``want`` subscriber -> publisher, every heartbeat period (meta ``have``: the
   newest version installed or -1, ``restart``: resend the current version from its
   first piece, ``host``: its boot id when it can map this host's shared memory,
-  ``holding``: the segments its handed-out updates still use, at most 64);
+  ``holding``: the segments its handed-out updates still use, at most 64, ``held_more``: it
+  uses more than those, ``seen``: the newest ``wshm`` ``offer`` it dealt with, ``session``:
+  the publisher session it follows, to which ``seen`` belongs);
 - ``wbeat`` publisher -> subscriber, the reply (meta ``session``, ``latest``);
 - ``wpiece`` publisher -> subscriber (seq = version; meta ``subset``, ``created_time``,
   ``index``, ``count``, ``session``): some whole tensors of one update, pieces in
@@ -28,7 +30,8 @@ Weight link (actor DEALER -> learner ROUTER):
   first pieces are already on the wire, and the subscriber hashes each piece as it
   arrives.
 - ``wshm`` publisher -> a subscriber whose ``host`` is the publisher's own, instead of the
-  pieces and seal (seq = version; meta ``subset``, ``created_time``, ``session``,
+  pieces and seal (seq = version; meta ``subset``, ``created_time``, ``session``, ``offer``:
+  this announcement's number, counted per publisher,
   ``segment``: the file, ``tensors``: [name, dtype, shape, offset] each): the whole update,
   being written into shared memory (:mod:`robotrl.transport.weight_segments`).
 

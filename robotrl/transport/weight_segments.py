@@ -114,8 +114,9 @@ class Segment:
     arrays: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
     offered: bool = False
     """Its version is the publisher's pending or latest one: being announced, or still to be."""
-    lessees: set[bytes] = field(default_factory=set)
-    """Subscribers told of this version that may still read it or use it as weights."""
+    lessees: dict[bytes, int] = field(default_factory=dict)
+    """Subscribers told of this version that may still read it or use it as weights, each with
+    the number of the announcement it was last sent (it must say it dealt with that one)."""
     trackers: list[zmq.MessageTracker] = field(default_factory=list)
     """Pieces of it queued on the socket (zero-copy: they read it until sent)."""
     retired: bool = False
@@ -198,75 +199,104 @@ def remove_orphans() -> int:
 
 class SegmentPool:
     """Publisher side: its segments, each written again only once idle. Not thread-safe: the
-    publisher calls it under its own lock (the background maker has a lock of its own). When a
-    publication leaves fewer than two idle segments spare, the missing ones are made on a thread
-    of the lowest priority, so that a publication seldom waits for fresh pages (130 ms for
-    200 MB here); idle ones beyond two spares are unlinked."""
+    publisher calls it under its own lock, never waiting on a file being made: :meth:`fresh`
+    makes one outside that lock, and a spare (an idle segment beside the one a publication
+    takes, so that the next seldom waits for fresh pages: 130 ms for 200 MB here) is made on a
+    thread of the lowest priority. Idle segments beyond the spare, or of another size, are
+    unlinked."""
 
-    SPARES = 2
+    SPARES = 1
 
     def __init__(self) -> None:
         removed = remove_orphans()
         if removed:
             log.info("weights: removed %d shared-memory segment(s) left by a killed publisher", removed)
         self._segments: list[Segment] = []
-        self._made: list[Segment] = []  # by the background thread, not yet in the pool
-        self._making = threading.Lock()  # held while one is made; guards _made and _closed
+        self._lock = threading.Lock()  # guards what the maker thread shares: the three below
+        self._made: list[Segment] = []  # spares made, not yet in the pool
+        self._making = False
         self._closed = False
+        self._background: list[threading.Thread] = []  # makers and unlinkers, joined by close
 
-    def open(self, version: int, tensors: Mapping[str, npt.NDArray[Any]]) -> Segment | None:
-        """A segment laid out for ``tensors`` as ``version`` and offered until :meth:`withdraw`
-        (its :meth:`Segment.fill` copies them): an idle one, else a new one; None when /dev/shm
-        cannot hold another (the version then goes over the socket)."""
+    def reuse(self, version: int, tensors: Mapping[str, npt.NDArray[Any]]) -> Segment | None:
+        """An idle segment laid out for ``tensors`` as ``version`` and offered until
+        :meth:`withdraw` (its :meth:`Segment.fill` copies them), or None: then :meth:`fresh`."""
         entries, size = _plan(tensors)
-        with self._making:
+        with self._lock:
+            if self._closed:
+                return None
             self._segments += self._made
             self._made.clear()
-        idle = [s for s in self._segments if len(s.mapped) == size and s.idle()]
-        for extra in idle[1 + self.SPARES :]:
+        idle = [s for s in self._segments if s.idle()]
+        fitting = [s for s in idle if len(s.mapped) == size]
+        for extra in [s for s in idle if s not in fitting] + fitting[1 + self.SPARES :]:
             self._drop(extra)
-        if idle:
-            segment = idle[0]
-        else:
-            try:
-                segment = Segment.create(size)
-            except OSError as exc:
-                log.warning(
-                    "weights: no shared-memory segment of %d MB (%s); over the socket", size >> 20, exc
-                )
-                return None
-            self._segments.append(segment)
-        missing = self.SPARES - (len(idle) - 1)
-        if missing > 0:
-            _at_lowest_priority(lambda: self._make(size, missing))
-        segment.lay_out(version, entries)
+        self._make_spares(size, self.SPARES - max(len(fitting) - 1, 0))
+        if not fitting:
+            return None
+        fitting[0].lay_out(version, entries)
+        return fitting[0]
+
+    @staticmethod
+    def fresh(tensors: Mapping[str, npt.NDArray[Any]]) -> Segment | None:
+        """A new segment for ``tensors`` (made without any lock: 130 ms for 200 MB), to
+        :meth:`adopt`; None when /dev/shm cannot hold it (the version goes over the socket)."""
+        size = _plan(tensors)[1]
+        try:
+            return Segment.create(size)
+        except OSError as exc:
+            log.warning("weights: no shared-memory segment of %d MB (%s); over the socket", size >> 20, exc)
+            return None
+
+    def adopt(
+        self, segment: Segment, version: int, tensors: Mapping[str, npt.NDArray[Any]]
+    ) -> Segment | None:
+        """``segment`` (from :meth:`fresh`) in the pool, laid out as :meth:`reuse` lays one out."""
+        with self._lock:
+            closed = self._closed
+        if closed:
+            segment.unlink()
+            return None
+        self._segments.append(segment)
+        segment.lay_out(version, _plan(tensors)[0])
         return segment
 
-    def _make(self, size: int, count: int) -> None:
-        if not self._making.acquire(blocking=False):
-            return  # some are being made
-        try:
-            for _ in range(count):
-                if self._closed:
-                    return
-                self._made.append(Segment.create(size))
-        except OSError as exc:  # /dev/shm full: a publication makes its own, or says why
-            log.warning("weights: could not prepare a shared-memory segment: %s", exc)
-        finally:
-            self._making.release()
+    def _make_spares(self, size: int, count: int) -> None:
+        with self._lock:
+            if count <= 0 or self._making or self._closed:
+                return
+            self._making = True
+
+        def make() -> None:
+            try:
+                for _ in range(count):
+                    made = Segment.create(size)
+                    with self._lock:
+                        if self._closed:
+                            made.unlink()
+                            return
+                        self._made.append(made)
+            except OSError as exc:  # /dev/shm full: a publication makes its own, or says why
+                log.warning("weights: could not prepare a shared-memory segment: %s", exc)
+            finally:
+                with self._lock:
+                    self._making = False
+
+        self._background.append(_at_lowest_priority(make))
 
     def withdraw(self, segment: Segment) -> None:
         """``segment``'s version is no longer offered (superseded): idle once its readers let go."""
         segment.offered = False
-        if segment.retired:
+        if segment.retired and segment in self._segments:
             self._drop(segment)
 
     def release(self, subscriber: bytes, seen: int, holding: Collection[str]) -> None:
-        """``subscriber`` has dealt with every version up to ``seen`` (taken or refused) and its
-        weights still use ``holding``."""
+        """``subscriber`` has dealt with (taken or refused) every announcement up to number ``seen``
+        and its weights still use the segments ``holding``."""
         for segment in self._segments:
-            if subscriber in segment.lessees and segment.version <= seen and str(segment.path) not in holding:
-                segment.lessees.discard(subscriber)
+            offer = segment.lessees.get(subscriber)
+            if offer is not None and offer <= seen and str(segment.path) not in holding:
+                del segment.lessees[subscriber]
 
     def forget(self, subscriber: bytes) -> None:
         """A subscriber gone silent may still use its segments: retire them, never to be written
@@ -278,19 +308,24 @@ class SegmentPool:
 
     def _drop(self, segment: Segment) -> None:
         self._segments.remove(segment)
-        _at_lowest_priority(segment.unlink)
+        self._background = [t for t in self._background if t.is_alive()]
+        self._background.append(_at_lowest_priority(segment.unlink))
 
     def close(self) -> None:
-        with self._making:  # waits for one being made
+        """Unlink every file this pool made, after its background work (a spare being made is
+        unlinked by its maker)."""
+        with self._lock:
             self._closed = True
-            self._segments += self._made
-            self._made.clear()
+        for thread in self._background:
+            thread.join(timeout=30.0)
+        self._segments += self._made
+        self._made.clear()
         for segment in self._segments:
             segment.unlink()
         self._segments.clear()
 
 
-def _at_lowest_priority(work: Callable[[], object]) -> None:
+def _at_lowest_priority(work: Callable[[], object]) -> threading.Thread:
     """Run ``work`` on a thread of the lowest priority: unlinking a file nobody maps frees its
     200 MB of pages, tens of ms a subscriber mapping a segment should not wait for."""
 
@@ -298,7 +333,9 @@ def _at_lowest_priority(work: Callable[[], object]) -> None:
         lower_priority(19)
         work()
 
-    threading.Thread(target=run, name="weights-shm", daemon=True).start()
+    thread = threading.Thread(target=run, name="weights-shm", daemon=True)
+    thread.start()
+    return thread
 
 
 def open_segment(path: object, max_bytes: int) -> mmap.mmap:
@@ -404,7 +441,7 @@ class SegmentLeases:
         """The segments whose views are still in use."""
         with self._lock:
             self._views = {p: refs for p, refs in self._views.items() if any(r() is not None for r in refs)}
-            return sorted(self._views)[:MAX_HELD]
+            return sorted(self._views)
 
     def _released(self, _: object) -> None:
         self._on_release()

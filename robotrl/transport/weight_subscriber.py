@@ -44,7 +44,7 @@ from robotrl.transport.weight_checks import (
     check_tensor,
     layout_ceiling,
 )
-from robotrl.transport.weight_segments import SegmentLeases, host_id, read_segment
+from robotrl.transport.weight_segments import MAX_HELD, SegmentLeases, host_id, read_segment
 from robotrl.wire.auth import ClientKeys
 from robotrl.wire.codec import DEFAULT_LIMITS, Message, WireError, WireLimits, encode
 
@@ -99,7 +99,7 @@ class WeightSubscriber:
         self._shared_memory = shared_memory
         self._host = host_id() if shared_memory else None  # said in every want; None: pieces only
         self._map_failures = 0  # segments in a row this subscriber could not map
-        self._seen = -1  # the newest segment's version dealt with (taken or refused) in this session
+        self._seen = -1  # the newest segment announcement (its number) dealt with in this session
         self._expected = expected
         # The actor's own weights belong to no publisher: the first session followed replaces them.
         self._sessions = SessionVersions(version=have_policy_version)
@@ -189,7 +189,8 @@ class WeightSubscriber:
             "actor",
             have=self._sessions.version,
             restart=self._restart,
-            holding=held,
+            holding=held[:MAX_HELD],
+            held_more=len(held) > MAX_HELD,
             seen=self._seen,
             session=self._sessions.session,
             **place,
@@ -325,15 +326,15 @@ class WeightSubscriber:
 
     def _on_segment(self, message: Message) -> None:
         self._counts.add("segments")
-        version = message.seq
+        version, offer = message.seq, p.meta_int(message, "offer", lo=1)
         if self._from_replaced_session(message):
             return
-        if version <= self._sessions.version:
-            self._counts.add("stale")
-            return
-        subset, created = _subset_and_created(message)
-        path = message.meta.get("segment")
         try:
+            if version <= self._sessions.version:
+                self._counts.add("stale")
+                return
+            subset, created = _subset_and_created(message)
+            path = message.meta.get("segment")
             mapped = self._leases.mapping(path, self._max_bytes + 64 * (self._max_tensors + 1))
             wait_s = 5.0 + len(mapped) / 50e6  # the publisher copies far faster than 50 MB/s
             tensors = read_segment(
@@ -343,8 +344,8 @@ class WeightSubscriber:
         except OSError as exc:
             self._cannot_map(exc)
             return
-        finally:  # taken or refused: the publisher may write its segment again once not held
-            self._seen = max(self._seen, version)
+        finally:  # taken, stale or refused: the publisher may write it again once not held
+            self._seen = max(self._seen, offer)
             self._let_go.set()  # say so at once
         self._map_failures = 0
         self._assembly = None  # a version in one piece replaces any half-received one

@@ -80,7 +80,7 @@ class _Published:
     pieces: list[list[Frame]]
     snapshot: Snapshot | None
     segment: Segment | None
-    announcement: list[Frame] | None  # the segment's message, for subscribers on this host
+    announcement: dict[str, Any] | None  # the segment's message meta, for subscribers on this host
     written: threading.Event  # the segment is whole: pieces of it may go out
     seal: list[Frame] | None = None  # the digest message, once the hash is done
     sealing: bool = False  # the hash has been started (only once a subscriber needs pieces)
@@ -134,6 +134,7 @@ class WeightPublisher:
         self._host = host_id() if shared_memory else None
         self._segments = SegmentPool() if self._host is not None else None  # under self._lock
         self._local: set[bytes] = set()  # subscribers on this host (under self._lock)
+        self._offers = 0  # segment announcements sent, numbered from 1 (under self._lock)
         self._latest: _Published | None = None
         self._subs: dict[bytes, _Sub] = {}
         self._counts = Counters(
@@ -186,9 +187,12 @@ class WeightPublisher:
                 self._next_version = policy_version
             version = self._next_version
             self._next_version += 1
-            segment = None
-            if copy and self._segments is not None and self._local:
-                segment = self._segments.open(version, tensors)
+            pool = self._segments if copy and self._local else None
+            segment = pool.reuse(version, tensors) if pool is not None else None
+        if pool is not None and segment is None:  # none idle: make one without holding the lock
+            made = pool.fresh(tensors)
+            with self._lock:
+                segment = pool.adopt(made, version, tensors) if made is not None else None
         snap = self._pool.take(tensors) if copy and segment is None else None
         arrays = segment.arrays if segment is not None else snap.arrays if snap is not None else dict(tensors)
         pending = _Pending(WeightUpdate(version, arrays, "", subset, created), snap, segment)
@@ -269,12 +273,11 @@ class WeightPublisher:
             raise WireError("schema", f"want: meta 'holding' must list at most {MAX_HELD} segment names")
         seen = p.meta_int(message, "seen", lo=-1) if "seen" in message.meta else -1
         with self._lock:
-            if host is not None and host == self._host:
-                self._local.add(route)
-            else:
-                self._local.discard(route)
-            if self._segments is not None and message.meta.get("session") == self.session:
-                self._segments.release(route, seen, holding)  # versions of this session only
+            pool, meta = self._segments, message.meta
+            if pool is not None and meta.get("session") == self.session and meta.get("held_more") is not True:
+                pool.release(
+                    route, seen, holding
+                )  # announcements of this session; a list cut short holds all
         self._on_want(route, have, message.meta.get("restart") is True, host)
 
     def on_rejected(self, error: WireError) -> None:
@@ -308,13 +311,12 @@ class WeightPublisher:
             pieces.append(encode(Message(p.WPIECE, "learner", update.policy_version, arrays, meta)))
         announcement = None
         if segment is not None:
-            meta = {
+            announcement = {
                 "subset": update.subset,
                 "created_time": update.created_time,
                 "session": self.session,
                 **segment.meta(),
             }
-            announcement = encode(Message(p.WSHM, "learner", update.policy_version, {}, meta))
         published = _Published(
             update.policy_version,
             update.tensors,
@@ -355,6 +357,11 @@ class WeightPublisher:
                 log.info("weights: subscriber connected (has version %d)", have)
         sub.live.heard()
         sub.have, sub.host = have, host
+        with self._lock:
+            if host is not None and host == self._host:
+                self._local.add(route)
+            else:
+                self._local.discard(route)
         latest = self._latest
         if latest is not None and latest.policy_version > have and sub.cursor is None:
             sub.cursor = 0 if restart or sub.sent_version != latest.policy_version else None
@@ -371,9 +378,13 @@ class WeightPublisher:
             if sub.cursor is None:
                 continue
             if latest.segment is not None and latest.announcement is not None and sub.host == self._host:
-                with self._lock:
-                    latest.segment.lessees.add(route)  # before it can read: the segment is now in use
-                if self._send(route, latest.announcement):
+                with (
+                    self._lock
+                ):  # a lessee before it can read; released once it says it dealt with this offer
+                    self._offers += 1
+                    latest.segment.lessees[route] = self._offers
+                    meta = {**latest.announcement, "offer": self._offers}
+                if self._send(route, encode(Message(p.WSHM, "learner", latest.policy_version, {}, meta))):
                     self._counts.add("segments_sent")
                     sub.cursor, sub.sent_version = None, latest.policy_version
                 continue

@@ -12,6 +12,7 @@ import threading
 
 import numpy as np
 import pytest
+from waiting import wait_until
 
 from robotrl.transport.weight_checks import WeightRefused
 from robotrl.transport.weight_segments import (
@@ -44,9 +45,18 @@ def pool():
     segments.close()
 
 
-def write(pool: SegmentPool, version: int, tensors: dict[str, np.ndarray]):
-    segment = pool.open(version, tensors)
+def offer(pool: SegmentPool, version: int, tensors: dict[str, np.ndarray]):
+    """A segment for ``version`` as the publisher gets one: an idle one, else a fresh one."""
+    segment = pool.reuse(version, tensors)
+    if segment is None:
+        made = pool.fresh(tensors)
+        segment = pool.adopt(made, version, tensors) if made is not None else None
     assert segment is not None
+    return segment
+
+
+def write(pool: SegmentPool, version: int, tensors: dict[str, np.ndarray]):
+    segment = offer(pool, version, tensors)
     segment.fill(tensors)
     return segment
 
@@ -75,18 +85,18 @@ def test_the_pool_copies_the_tensors_so_the_caller_may_change_them(pool):
 
 def test_a_segment_is_written_again_only_once_every_subscriber_told_of_it_let_go(pool):
     first = write(pool, 1, TENSORS)
-    first.lessees.add(ACTOR)  # announced to the actor
+    first.lessees[ACTOR] = 1  # announcement 1 sent to the actor
     second = write(pool, 2, TENSORS)
     pool.withdraw(first)  # version 2 supersedes it
     assert second is not first
-    pool.release(ACTOR, seen=0, holding=[])  # a want from before version 1 was dealt with
+    pool.release(ACTOR, seen=0, holding=[])  # a want from before announcement 1 was dealt with
     third = write(pool, 3, TENSORS)
     pool.withdraw(second)
     assert third is not first
-    pool.release(ACTOR, seen=3, holding=[str(first.path)])  # its views are still the weights
+    pool.release(ACTOR, seen=1, holding=[str(first.path)])  # its views are still the weights
     assert write(pool, 4, TENSORS) is second  # idle: withdrawn, never leased
     pool.withdraw(third)
-    pool.release(ACTOR, seen=4, holding=[])
+    pool.release(ACTOR, seen=1, holding=[])
     again = write(pool, 5, TENSORS)
     assert again is first and again.version == 5
 
@@ -98,7 +108,7 @@ def test_a_version_still_offered_is_never_overwritten(pool):
 
 def test_a_refused_version_lets_its_segment_go_all_the_same(pool):
     refused = write(pool, 1, {"w": np.array([np.nan], np.float32)})
-    refused.lessees.add(ACTOR)
+    refused.lessees[ACTOR] = 1
     write(pool, 2, {"w": np.ones(1, np.float32)})
     pool.withdraw(refused)
     pool.release(ACTOR, seen=1, holding=[])  # dealt with: refused, so never held
@@ -107,7 +117,7 @@ def test_a_refused_version_lets_its_segment_go_all_the_same(pool):
 
 def test_a_forgotten_subscribers_segments_are_retired_never_written_again(pool):
     held = write(pool, 1, TENSORS)
-    held.lessees.add(ACTOR)
+    held.lessees[ACTOR] = 1
     got = read(held.meta())  # the silent subscriber's weights
     pool.forget(ACTOR)
     assert held.path.exists()  # still offered: a subscriber joining now is told of it
@@ -127,13 +137,13 @@ def test_a_full_shm_is_an_os_error_and_no_segment_not_a_crash(pool, monkeypatch)
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "posix_fallocate", full)
-    assert pool.open(1, TENSORS) is None
+    assert pool.reuse(1, TENSORS) is None and pool.fresh(TENSORS) is None
     assert not list(SEGMENT_DIR.glob(f"robotrl-weights-{os.getpid()}-*"))
 
 
 def test_close_leaves_no_file(pool):
     write(pool, 1, TENSORS)
-    write(pool, 2, TENSORS).lessees.add(ACTOR)
+    write(pool, 2, TENSORS).lessees[ACTOR] = 1
     pool.close()
     assert not list(SEGMENT_DIR.glob(f"robotrl-weights-{os.getpid()}-*"))
 
@@ -206,8 +216,7 @@ def test_a_segment_gone_is_an_os_error_for_the_caller_to_fall_back_on(pool):
 
 def test_a_subscriber_mapping_a_segment_being_written_waits_for_each_tensor(pool):
     tensors = {f"t{i}": np.full(1000, float(i), np.float32) for i in range(8)}
-    segment = pool.open(1, tensors)
-    assert segment is not None
+    segment = offer(pool, 1, tensors)
     meta = segment.meta()
     got: dict[str, dict[str, np.ndarray]] = {}
     reader = threading.Thread(target=lambda: got.setdefault("tensors", read(meta)))
@@ -221,8 +230,7 @@ def test_a_subscriber_mapping_a_segment_being_written_waits_for_each_tensor(pool
 
 def test_a_segment_never_finished_or_abandoned_is_refused_as_partial(pool):
     tensors = {"a": np.ones(4, np.float32), "b": np.ones(4, np.float32)}
-    segment = pool.open(1, tensors)
-    assert segment is not None
+    segment = offer(pool, 1, tensors)
     meta = segment.meta()
     with pytest.raises(WeightRefused, match=r"partial.*'a' was never written"):
         read(meta, wait_s=0.0)
@@ -246,3 +254,22 @@ def test_segments_of_a_killed_publisher_are_removed_and_a_living_ones_kept():
     finally:
         orphan.unlink(missing_ok=True)
         living.unlink(missing_ok=True)
+
+
+def test_a_segment_announced_again_is_released_only_by_a_want_that_dealt_with_the_new_announcement(pool):
+    segment = write(pool, 1, TENSORS)
+    segment.lessees[ACTOR] = 5  # announced again (a restart): announcement number 5
+    pool.withdraw(segment)
+    pool.release(ACTOR, seen=4, holding=[])  # built before announcement 5 was read: still leased
+    assert ACTOR in segment.lessees and not segment.idle()
+    pool.release(ACTOR, seen=5, holding=[])
+    assert segment.idle()
+
+
+def test_spares_are_made_in_the_background_so_a_publication_needs_no_fresh_file(pool):
+    first = write(pool, 1, TENSORS)  # none idle: made at once; two spares follow
+    pool.withdraw(first)
+    first.lessees[ACTOR] = 1  # still the actor's weights
+    spares: list = []
+    wait_until(lambda: spares.append(pool.reuse(2, TENSORS)) or spares[-1] is not None, 10, "a spare")
+    assert spares[-1] is not first
