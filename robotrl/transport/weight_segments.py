@@ -14,8 +14,8 @@ as the update: no copy, no digest (the bytes cross no wire).
 A subscriber's views become the actor's weights, so a segment is written again only once
 nobody can read it: its version is no longer the publisher's pending or latest one, and every
 subscriber told of it has since reported, in a ``want`` of the same publisher session, that
-it dealt with (took or refused) a version at least as new and that none of its handed-out
-views uses the segment (:class:`SegmentLeases`, :class:`SegmentPool`). A subscriber the
+it dealt with (took or refused) that announcement (they are numbered) and that none of its
+handed-out views uses the segment (:class:`SegmentLeases`, :class:`SegmentPool`). A subscriber the
 publisher forgets (silent past the peer timeout) may still be using its segments: those are
 retired, never written again. Reused files keep their pages: writing 200 MB into them takes
 18 ms here against 130 into fresh pages.
