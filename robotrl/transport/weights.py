@@ -272,12 +272,10 @@ class WeightPublisher:
         ):
             raise WireError("schema", f"want: meta 'holding' must list at most {MAX_HELD} segment names")
         seen = p.meta_int(message, "seen", lo=-1) if "seen" in message.meta else -1
-        with self._lock:
+        with self._lock:  # announcements of this session only; a list cut short holds them all
             pool, meta = self._segments, message.meta
             if pool is not None and meta.get("session") == self.session and meta.get("held_more") is not True:
-                pool.release(
-                    route, seen, holding
-                )  # announcements of this session; a list cut short holds all
+                pool.release(route, seen, holding)
         self._on_want(route, have, message.meta.get("restart") is True, host)
 
     def on_rejected(self, error: WireError) -> None:
@@ -378,9 +376,8 @@ class WeightPublisher:
             if sub.cursor is None:
                 continue
             if latest.segment is not None and latest.announcement is not None and sub.host == self._host:
-                with (
-                    self._lock
-                ):  # a lessee before it can read; released once it says it dealt with this offer
+                # a lessee before it can read, released once it says it dealt with this offer
+                with self._lock:
                     self._offers += 1
                     latest.segment.lessees[route] = self._offers
                     meta = {**latest.announcement, "offer": self._offers}
