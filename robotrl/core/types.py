@@ -261,7 +261,8 @@ class WeightUpdate:
     """A versioned set of policy tensors, learner to actors.
 
     ``subset`` is ``"full"`` or ``"trainable"`` (only the tensors the learner trains,
-    e.g. a VLA's action head). ``digest`` is :func:`weights_digest` of ``tensors``.
+    e.g. a VLA's action head). ``digest`` is :func:`weights_digest` of ``tensors`` ("" for an
+    update mapped from shared memory on the learner's host, which crossed no wire).
     ``session`` names the publisher that numbered it (a random id per learner process; ""
     for updates made in-process): versions are ordered within a session only
     (:mod:`robotrl.core.sessions`).

@@ -14,8 +14,8 @@ and no bigger message is read; without a layout, 1 GiB and 1024 pieces.
 between two inferences. On the publisher's own host an update may instead arrive as one
 shared-memory segment (:mod:`.weight_segments`), mapped and checked the same way but for the
 digest (no wire, no copy); every want then lists the segments still in use, so that none is
-rewritten under the weights. A segment that cannot be opened here turns that off for good,
-and the version is asked for again over the socket.
+rewritten under the weights. A segment that cannot be opened here is asked for again over
+the socket; after three in a row, every version is.
 """
 
 from __future__ import annotations
