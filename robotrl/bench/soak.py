@@ -6,7 +6,10 @@ processes, on the learner's default configuration (no durability override: the J
 ``default_config`` says whether one was passed through ``ROBOTRL_SOAK_OVERRIDES``),
 with CURVE on (keys written by `robotrl keys generate` into the bench's folder) and the
 env's two 96x96 cameras. Links are real ZeroMQ over TCP; each actor reaches the learner
-through a :class:`TcpProxy` the bench controls.
+through a :class:`TcpProxy` the bench controls. The first actor maps weights from shared
+memory, as an actor on the learner's host does by default (only their announcements cross
+its proxy); the second stands for an actor on another host: its weights cross its proxy as
+pieces (``transport.weights_shared_memory=false``), where one fault corrupts them.
 
 Eleven fault kinds (:class:`robotrl.bench.soak_faults.Faults`), each once per cycle: a
 partition, the learner SIGKILLed and restarted from its checkpoint, an actor SIGKILLed
@@ -169,6 +172,7 @@ class Soak:
             f"seed={seed}",
             f"transport.transitions_endpoint={proxies[0].endpoint}",
             f"transport.weights_endpoint={proxies[1].endpoint}",
+            *(["transport.weights_shared_memory=false"] if actor_id == ACTORS[1] else []),
         ]
         cli = [sys.executable, "-m", "robotrl.cli", "actor"]
         return Role(name, [*cli, *argv], self.root / run_folder.role_log_name(name))
