@@ -200,8 +200,14 @@ def test_a_killed_learner_rank_restarts_the_learner_and_loses_no_transition(tmp_
             proc,
             "the learner's restart",
         )
+        # The progress is the metrics file's last line: the killed session's until the new one
+        # reports, so wait for the new session to have stored rows the actors resent or sent since.
+        killed = _progress(run, "learner", "transitions")
         _wait_for(
-            lambda: _progress(run, "learner", "policy_version") >= 1, 300, proc, "the new session's weights"
+            lambda: _progress(run, "learner", "transitions") > killed + 64,
+            300,
+            proc,
+            "the new session to store the actors' transitions",
         )
         out = _interrupt(proc)
     assert proc.returncode == 130, out[-4000:]
