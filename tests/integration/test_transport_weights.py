@@ -165,6 +165,7 @@ def test_on_one_host_an_update_arrives_as_one_segment_and_segments_are_reused_on
     pub = WeightPublisher("tcp://127.0.0.1:0", heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
     sub = local_subscriber(pub, layout)
     ours = f"robotrl-weights-{os.getpid()}-*"
+    before = set(SEGMENT_DIR.glob(ours))  # other tests' publishers' files, if any
     files = set()
     try:
         kept = None
@@ -175,7 +176,7 @@ def test_on_one_host_an_update_arrives_as_one_segment_and_segments_are_reused_on
             assert update is not None and update.policy_version == version
             assert float(update.tensors["layer0.w"][0, 0]) == version
             kept = kept or update  # version 1, still in use: never written again
-            files |= set(SEGMENT_DIR.glob(ours))
+            files |= set(SEGMENT_DIR.glob(ours)) - before
         assert float(kept.tensors["layer0.w"][0, 0]) == 1.0
         linked = len(list(SEGMENT_DIR.glob(ours)))
     finally:
@@ -188,13 +189,14 @@ def test_on_one_host_an_update_arrives_as_one_segment_and_segments_are_reused_on
     # reused: the one kept, the newest, the one dropped last (its release on its way), two spares,
     # spares not yet trimmed
     assert linked <= 8 and len(files) <= 10
-    assert not list(SEGMENT_DIR.glob(ours))  # close removes every file it made
+    assert set(SEGMENT_DIR.glob(ours)) <= before  # close removes every file it made
 
 
 def test_refused_segments_are_written_again_not_piled_up():
     pub = WeightPublisher("tcp://127.0.0.1:0", heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
     sub = local_subscriber(pub, LAYOUT)
     ours = f"robotrl-weights-{os.getpid()}-*"
+    before = set(SEGMENT_DIR.glob(ours))  # other tests' publishers' files, if any
     nan = {"w": np.full((64, 64), np.nan, np.float32), "b": np.zeros(64, np.float32)}
     files = set()
     try:
@@ -203,7 +205,7 @@ def test_refused_segments_are_written_again_not_piled_up():
             wait_for(
                 lambda n=refused: sub.stats()["refused_non_finite"] == n, 20, "the NaN version to be refused"
             )
-            files |= set(SEGMENT_DIR.glob(ours))
+            files |= set(SEGMENT_DIR.glob(ours)) - before
         good = pub.publish({"w": np.ones((64, 64), np.float32), "b": np.zeros(64, np.float32)})
         update = sub.recv(20.0)
     finally:
