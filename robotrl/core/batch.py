@@ -10,11 +10,12 @@ dtypes are :data:`robotrl.core.columns.COLUMNS`; the fields below are their type
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +25,12 @@ from robotrl.core.types import Observation, Transition
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+
+
+_ROW_SIZES: Final = {Shape.SCALAR: 0, Shape.STATE: 1, Shape.ACTION: 2}
+_SHAPE_CHECKS: Final = tuple((c.name, c.next_name, _ROW_SIZES[c.shape]) for c in ARRAY_COLUMNS)
+"""Per array column: its field, its next-observation field, and which row size it has
+(an index into scalar, state, action)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,33 +69,35 @@ class TransitionBatch:
     next_timestamp: npt.NDArray[np.float64]
 
     def __post_init__(self) -> None:
-        """Check that every column agrees on N (and M for next observations) and on its row shape."""
+        """Check that every column agrees on N (and M for next observations) and on its row shape,
+        and that the indices point inside the batch. Runs on every batch a learner receives: kept
+        to a few microseconds (one shape lookup per column)."""
         n, m = len(self.state), len(self.next_rows)
         if self.state.ndim != 2 or self.action.ndim != 2:
             raise ValueError(f"state {self.state.shape} and action {self.action.shape} must be (N, dim)")
-        rows = {Shape.SCALAR: (), Shape.STATE: self.state.shape[1:], Shape.ACTION: self.action.shape[1:]}
-        for c in ARRAY_COLUMNS:
-            want = (n, *rows[c.shape])
-            if getattr(self, c.name).shape != want:
-                raise ValueError(f"column {c.name!r} must be {want}, got {getattr(self, c.name).shape}")
-            if c.next_name and getattr(self, c.next_name).shape != (m, *want[1:]):
-                raise ValueError(
-                    f"{c.next_name!r} must be {(m, *want[1:])}, got {getattr(self, c.next_name).shape}"
-                )
-        if len(self.instruction_index) != n:
-            raise ValueError(f"instruction_index has {len(self.instruction_index)} rows, state has {n}")
+        sizes = ((), self.state.shape[1:], self.action.shape[1:])
+        want = [(n, *size) for size in sizes]
+        want_next = [(m, *size) for size in sizes]
+        for name, next_name, shape in _SHAPE_CHECKS:
+            if getattr(self, name).shape != want[shape]:
+                raise ValueError(f"column {name!r} must be {want[shape]}, got {getattr(self, name).shape}")
+            if next_name and getattr(self, next_name).shape != want_next[shape]:
+                got = getattr(self, next_name).shape
+                raise ValueError(f"{next_name!r} must be {want_next[shape]}, got {got}")
+        if self.instruction_index.shape != (n,):
+            raise ValueError(f"instruction_index is {self.instruction_index.shape}, state has {n} rows")
+        if self.next_rows.shape != (m,):
+            raise ValueError(f"next_rows must be ({m},), got {self.next_rows.shape}")
         for cam, img in self.images.items():
             if img.ndim != 4 or len(img) != n or img.shape[3] != 3:
                 raise ValueError(f"images[{cam!r}] must be (N, H, W, 3), got {img.shape}")
-        if len(self.instruction_index) and (
-            self.instruction_index.min() < 0 or self.instruction_index.max() >= len(self.instructions)
-        ):
+        if n and (self.instruction_index.min() < 0 or self.instruction_index.max() >= len(self.instructions)):
             raise ValueError("instruction_index points outside instructions")
-        if m:
-            if self.next_rows.min() < 0 or self.next_rows.max() >= n:
-                raise ValueError("next_rows points outside the batch")
-            if (np.diff(self.next_rows) <= 0).any():
-                raise ValueError("next_rows must be strictly ascending")
+        next_rows = self.next_rows.tolist()  # a row or two: Python is faster than numpy here
+        if next_rows and (next_rows[0] < 0 or next_rows[-1] >= n):
+            raise ValueError("next_rows points outside the batch")
+        if any(a >= b for a, b in itertools.pairwise(next_rows)):
+            raise ValueError("next_rows must be strictly ascending")
         if set(self.next_images) != set(self.images):
             raise ValueError("next_images must have the same cameras as images")
         for cam, img in self.next_images.items():

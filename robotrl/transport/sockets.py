@@ -37,7 +37,14 @@ def message_limit(limits: WireLimits) -> int:
     return limits.max_header_bytes + limits.max_total_bytes
 
 
+COPY_THRESHOLD: Final = 256 * 1024
+"""Frames smaller than this are copied when sent, even with ``copy=False``: pyzmq's zero-copy
+send keeps the buffer alive through its garbage-collector thread, which costs more than a copy
+below a few hundred kilobytes (a state-only batch of 64 rows: one 67 KB frame)."""
+
+
 def _common(sock: zmq.Socket[bytes], limits: WireLimits) -> None:
+    sock.copy_threshold = COPY_THRESHOLD
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, frame_limit(limits))
     sock.setsockopt(zmq.RECONNECT_IVL, 100)

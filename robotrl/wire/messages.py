@@ -16,60 +16,63 @@ import numpy as np
 import numpy.typing as npt
 
 from robotrl.core.batch import TransitionBatch
-from robotrl.core.columns import ARRAY_COLUMNS, FINITE
+from robotrl.core.columns import FINITE
 from robotrl.core.types import WeightUpdate, weights_digest
 from robotrl.wire.codec import Message, WireError
+from robotrl.wire.packed_columns import FIELD_DTYPES, PackedDims, layout
 
 TRANSITIONS: Final = "transitions"
 WEIGHTS: Final = "weights"
 
 _IMG = "img/"
 _NEXT_IMG = "next_img/"
-_TRANSITION_ARRAYS: Final = {
-    **{c.name: c.dtype for c in ARRAY_COLUMNS},
-    **{c.next_name: c.dtype for c in ARRAY_COLUMNS if c.next_name},
-    "instruction_index": np.dtype(np.int32),
-    "next_rows": np.dtype(np.int64),
-}
-"""The plain arrays of a transition message and their dtypes: every array column of the schema,
-its next-observation twin, and the batch's instruction and next-row indices."""
+_COLUMNS = "columns"
 
 
 def transition_batch_to_message(batch: TransitionBatch, seq: int) -> Message:
-    """The wire form of ``batch``, sequence number ``seq`` in its actor's stream."""
-    arrays: dict[str, npt.NDArray[Any]] = {name: getattr(batch, name) for name in _TRANSITION_ARRAYS}
+    """The wire form of ``batch``, sequence number ``seq`` in its actor's stream: the plain arrays
+    packed into one ``columns`` frame (:mod:`robotrl.wire.packed_columns`), one frame per image array."""
+    dims = PackedDims(len(batch), len(batch.next_rows), batch.state.shape[1], batch.action.shape[1])
+    arrays: dict[str, npt.NDArray[Any]] = {_COLUMNS: layout(dims).pack(batch)}
     arrays.update({_IMG + cam: img for cam, img in batch.images.items()})
     arrays.update({_NEXT_IMG + cam: img for cam, img in batch.next_images.items()})
-    return Message(TRANSITIONS, batch.actor_id, seq, arrays, {"instructions": list(batch.instructions)})
+    return Message(
+        TRANSITIONS,
+        batch.actor_id,
+        seq,
+        arrays,
+        {"instructions": list(batch.instructions), "dims": list(dims)},
+    )
 
 
 def non_finite_arrays(message: Message) -> list[str]:
     """Names of the arrays of a transition message that must be finite and are not: a batch
     the learner would refuse, which a sender drops instead of resending forever."""
-    return [n for n in FINITE if n in message.arrays and not np.isfinite(message.arrays[n]).all()]
+    return layout(PackedDims.parse(message.meta.get("dims"))).non_finite(message.arrays[_COLUMNS])
 
 
 def message_to_transition_batch(message: Message) -> TransitionBatch:
-    """A :class:`TransitionBatch` from a decoded message; arrays stay zero-copy views."""
+    """A :class:`TransitionBatch` from a decoded message; arrays stay zero-copy views.
+
+    Reads the packed form and the one-frame-per-array form that builds before the packing
+    wrote (an actor's spool or a learner's journal may hold such batches across an upgrade)."""
     if message.kind != TRANSITIONS:
         raise WireError("schema", f"expected a {TRANSITIONS!r} message, got {message.kind!r}")
     arrays = message.arrays
     images = {n[len(_IMG) :]: a for n, a in arrays.items() if n.startswith(_IMG)}
     next_images = {n[len(_NEXT_IMG) :]: a for n, a in arrays.items() if n.startswith(_NEXT_IMG)}
     plain = {n for n in arrays if not n.startswith((_IMG, _NEXT_IMG))}
-    if plain != set(_TRANSITION_ARRAYS):
-        missing = sorted(set(_TRANSITION_ARRAYS) - plain)
-        extra = sorted(plain - set(_TRANSITION_ARRAYS))
-        raise WireError("schema", f"transition arrays: missing {missing}, unexpected {extra}")
-    for name, dtype in _TRANSITION_ARRAYS.items():
-        if arrays[name].dtype != dtype:
-            raise WireError("schema", f"transition array {name!r} is {arrays[name].dtype}, expected {dtype}")
+    if plain == {_COLUMNS}:
+        columns = layout(PackedDims.parse(message.meta.get("dims"))).unpack(arrays[_COLUMNS])
+    elif plain == set(FIELD_DTYPES):
+        columns = _unpacked_columns(arrays)
+    else:
+        raise WireError(
+            "schema", f"transition arrays {sorted(plain)}: neither {_COLUMNS!r} nor one per field"
+        )
     for cam, img in (*images.items(), *next_images.items()):
         if img.dtype != np.uint8:
             raise WireError("schema", f"camera {cam!r} is {img.dtype}, expected uint8")
-    for name in FINITE:
-        if not np.isfinite(arrays[name]).all():
-            raise WireError("non_finite", f"transition array {name!r} holds NaN or inf")
     instructions = message.meta.get("instructions")
     if not isinstance(instructions, list) or not all(isinstance(s, str) for s in instructions):
         raise WireError("schema", "meta.instructions must be a list of strings")
@@ -79,10 +82,21 @@ def message_to_transition_batch(message: Message) -> TransitionBatch:
             images=images,
             next_images=next_images,
             instructions=tuple(instructions),
-            **{name: arrays[name] for name in _TRANSITION_ARRAYS},
+            **columns,
         )
     except ValueError as exc:
         raise WireError("schema", f"inconsistent transition batch: {exc}") from exc
+
+
+def _unpacked_columns(arrays: Mapping[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+    """The fields of a batch sent one frame per array, checked as :meth:`Layout.unpack` checks."""
+    for name, dtype in FIELD_DTYPES.items():
+        if arrays[name].dtype != dtype:
+            raise WireError("schema", f"transition array {name!r} is {arrays[name].dtype}, expected {dtype}")
+    for name in FINITE:
+        if not np.isfinite(arrays[name]).all():
+            raise WireError("non_finite", f"transition array {name!r} holds NaN or inf")
+    return {name: arrays[name] for name in FIELD_DTYPES}
 
 
 def weight_update_to_message(update: WeightUpdate, sender: str) -> Message:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -13,9 +15,11 @@ from robotrl.wire.codec import Message, WireError, decode, encode
 from robotrl.wire.messages import (
     message_to_transition_batch,
     message_to_weight_update,
+    non_finite_arrays,
     transition_batch_to_message,
     weight_update_to_message,
 )
+from robotrl.wire.packed_columns import FIELD_DTYPES, PackedDims, layout
 
 
 def over_the_wire(message: Message) -> Message:
@@ -57,16 +61,37 @@ def test_batch_refuses_mixed_actors_and_mismatched_ticks():
         TransitionBatch.from_transitions([])
 
 
-def _batch_message(**replace_arrays: np.ndarray) -> Message:
-    batch = TransitionBatch.from_transitions(make_transitions(4, ("front",), np.random.default_rng(2)))
-    msg = transition_batch_to_message(batch, seq=0)
-    arrays = dict(msg.arrays)
+def _small_batch() -> TransitionBatch:
+    return TransitionBatch.from_transitions(make_transitions(4, ("front",), np.random.default_rng(2)))
+
+
+def _unpacked_message(**replace_arrays: np.ndarray) -> Message:
+    """A batch in the one-frame-per-array form builds before the packed columns wrote (an actor's
+    spool or a learner's journal may still hold some), with arrays replaced or removed (None)."""
+    batch = _small_batch()
+    packed = transition_batch_to_message(batch, seq=0)
+    arrays = {name: a for name, a in packed.arrays.items() if name != "columns"}
+    arrays.update({name: getattr(batch, name) for name in FIELD_DTYPES})
     for name, value in replace_arrays.items():
         if value is None:
             del arrays[name]
         else:
             arrays[name] = value
-    return over_the_wire(Message(msg.kind, msg.sender, msg.seq, arrays, msg.meta))
+    meta = {"instructions": packed.meta["instructions"]}
+    return over_the_wire(Message(packed.kind, packed.sender, packed.seq, arrays, meta))
+
+
+def _packed_message(batch: TransitionBatch | None = None, **fields: object) -> Message:
+    """``batch`` on the wire, its packed fields then overwritten in place with ``fields``'
+    values (what a buggy or hostile peer could send; the sender itself checks the batch)."""
+    message = transition_batch_to_message(batch or _small_batch(), seq=0)
+    frame = message.arrays["columns"].copy()
+    views = layout(PackedDims.parse(message.meta["dims"])).unpack(frame)  # writable: views of the copy
+    for name, value in fields.items():
+        views[name][...] = value
+    return over_the_wire(
+        Message(message.kind, message.sender, 0, {**message.arrays, "columns": frame}, message.meta)
+    )
 
 
 def _reason(message: Message) -> str:
@@ -75,24 +100,92 @@ def _reason(message: Message) -> str:
     return info.value.reason
 
 
+def _with(message: Message, arrays: dict[str, np.ndarray] | None = None, **meta: object) -> Message:
+    return over_the_wire(
+        Message(message.kind, message.sender, message.seq, arrays or message.arrays, {**message.meta, **meta})
+    )
+
+
+def test_the_plain_columns_travel_as_one_frame():
+    message = transition_batch_to_message(_small_batch(), seq=0)
+    assert sorted(message.arrays) == ["columns", "img/front", "next_img/front"]
+    assert message.meta["dims"] == [4, 1, 224, 6]
+
+
+def test_a_packed_batch_with_wrong_dims_or_length_is_refused():
+    good = _packed_message()
+    for dims in (None, [4, 1, 224], [4, 1, 224, -6], [4, 1, 224, True], [4, 1, 224, 2**40], "4,1,224,6"):
+        assert _reason(_with(good, dims=dims)) == "schema", dims
+    assert _reason(_with(good, dims=[4, 1, 223, 6])) == "schema"  # another layout: another length
+    cut = {**good.arrays, "columns": good.arrays["columns"][:-1]}
+    assert _reason(_with(good, cut)) == "schema"
+    as_floats = {**good.arrays, "columns": good.arrays["columns"].view(np.float32)}
+    assert _reason(_with(good, as_floats)) == "schema"
+    assert _reason(_with(good, {**good.arrays, "reward": np.zeros(4, np.float32)})) == "schema"
+
+
+def test_a_packed_batch_with_nan_or_bad_indices_or_bool_bytes_is_refused():
+    with pytest.raises(WireError, match="state"):
+        message_to_transition_batch(_packed_message(state=np.nan))
+    assert _reason(_packed_message(action=np.inf)) == "non_finite"
+    assert _reason(_packed_message(next_state=-np.inf)) == "non_finite"
+    assert _reason(_packed_message(instruction_index=9)) == "schema"
+    assert _reason(_packed_message(next_rows=7)) == "schema"
+    message = _packed_message()
+    frame = message.arrays["columns"].copy()
+    bools = next(s for s in layout(PackedDims.parse(message.meta["dims"])).sections if s.dtype.kind == "b")
+    frame[bools.span.start] = 2
+    assert _reason(_with(message, {**message.arrays, "columns": frame})) == "dtype"
+
+
+def test_a_sender_learns_which_packed_columns_are_not_finite():
+    batch = _small_batch()
+    reward = batch.reward.copy()
+    reward[1] = np.nan
+    message = transition_batch_to_message(dataclasses.replace(batch, reward=reward), seq=0)
+    assert non_finite_arrays(message) == ["reward"]
+    assert non_finite_arrays(transition_batch_to_message(batch, seq=0)) == []
+
+
+def test_packing_casts_within_a_kind_and_refuses_across_kinds():
+    batch = _small_batch()
+    wide = dataclasses.replace(batch, state=batch.state.astype(np.float64), tick=batch.tick.astype(np.int32))
+    received = message_to_transition_batch(over_the_wire(transition_batch_to_message(wide, seq=0)))
+    assert received.state.dtype == np.float32 and received.tick.dtype == np.int64
+    np.testing.assert_array_equal(received.state, batch.state)
+    strided = dataclasses.replace(batch, state=np.asfortranarray(batch.state))
+    received = message_to_transition_batch(over_the_wire(transition_batch_to_message(strided, seq=0)))
+    np.testing.assert_array_equal(received.state, batch.state)
+    with pytest.raises(WireError) as info:
+        transition_batch_to_message(dataclasses.replace(batch, tick=batch.tick.astype(np.float64)), seq=0)
+    assert info.value.reason == "encode"
+
+
+def test_a_batch_in_the_one_frame_per_array_form_is_still_read():
+    batch = _small_batch()
+    received = message_to_transition_batch(_unpacked_message())
+    for name in FIELD_DTYPES:
+        np.testing.assert_array_equal(getattr(received, name), getattr(batch, name), err_msg=name)
+
+
 def test_transition_message_with_missing_or_extra_array_is_refused():
-    assert _reason(_batch_message(reward=None)) == "schema"
-    assert _reason(_batch_message(surprise=np.zeros(4))) == "schema"
+    assert _reason(_unpacked_message(reward=None)) == "schema"
+    assert _reason(_unpacked_message(surprise=np.zeros(4))) == "schema"
 
 
 def test_transition_message_with_wrong_dtype_or_rows_is_refused():
-    assert _reason(_batch_message(reward=np.zeros(4, np.float64))) == "schema"
-    assert _reason(_batch_message(reward=np.zeros(5, np.float32))) == "schema"
-    assert _reason(_batch_message(**{"img/front": np.zeros((4, 8, 8, 3), np.float32)})) == "schema"
-    assert _reason(_batch_message(instruction_index=np.full(4, 9, np.int32))) == "schema"
-    assert _reason(_batch_message(next_rows=np.array([7], np.int64))) == "schema"
+    assert _reason(_unpacked_message(reward=np.zeros(4, np.float64))) == "schema"
+    assert _reason(_unpacked_message(reward=np.zeros(5, np.float32))) == "schema"
+    assert _reason(_unpacked_message(**{"img/front": np.zeros((4, 8, 8, 3), np.float32)})) == "schema"
+    assert _reason(_unpacked_message(instruction_index=np.full(4, 9, np.int32))) == "schema"
+    assert _reason(_unpacked_message(next_rows=np.array([7], np.int64))) == "schema"
 
 
 def test_transition_message_with_nan_state_or_action_is_refused():
     state = np.zeros((4, 224), np.float32)
     state[2, 5] = np.nan
-    assert _reason(_batch_message(state=state)) == "non_finite"
-    assert _reason(_batch_message(action=np.full((4, 6), np.inf, np.float32))) == "non_finite"
+    assert _reason(_unpacked_message(state=state)) == "non_finite"
+    assert _reason(_unpacked_message(action=np.full((4, 6), np.inf, np.float32))) == "non_finite"
 
 
 def test_wrong_kind_is_refused():
