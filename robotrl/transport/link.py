@@ -15,8 +15,10 @@ no frame larger than the limits allow gets past libzmq (``MAXMSGSIZE``).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -90,6 +92,65 @@ def receive_bounded(
             continue
         frames.clear()
     return refused if refused is not None else frames
+
+
+class Waker:
+    """Wakes a link's I/O thread from another thread: a byte in a pipe its poll watches.
+
+    Without it, work handed over while the loop waits (a batch to send, an ack to give)
+    waited for the next message or the end of the poll (:data:`POLL_MS`): a sender whose
+    window was full of batches awaiting acks then stalled for that long."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+        self._lock = threading.Lock()  # a wake never writes to a closed (or reused) descriptor
+        self._closed = False
+
+    def fileno(self) -> int:
+        return self._read
+
+    def wake(self) -> None:
+        """Make the loop's current or next poll return at once (any thread)."""
+        with self._lock:
+            if self._closed:
+                return
+            with contextlib.suppress(BlockingIOError):  # full: wakes are pending already
+                os.write(self._write, b"\0")
+
+    def drain(self) -> None:
+        """Take every pending wake (the I/O thread, after its poll)."""
+        try:
+            while os.read(self._read, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                os.close(self._read)
+                os.close(self._write)
+
+
+class _Poll:
+    """One socket and its loop's :class:`Waker`, polled together."""
+
+    def __init__(self, sock: zmq.Socket[bytes], waker: Waker) -> None:
+        self._sock = sock
+        self._waker = waker
+        self._poller = zmq.Poller()
+        self._poller.register(sock, zmq.POLLIN)
+        self._poller.register(waker, zmq.POLLIN)
+
+    def __call__(self, timeout_ms: int) -> bool:
+        """Wait up to ``timeout_ms`` for a message or a wake; whether a message waits."""
+        ready = dict(self._poller.poll(timeout_ms))
+        if self._waker.fileno() in ready:
+            self._waker.drain()
+        return self._sock in ready
 
 
 class Delivery(enum.Enum):
@@ -188,6 +249,7 @@ class LinkServer:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self._waker = Waker()
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
 
     def start(self) -> None:
@@ -209,13 +271,20 @@ class LinkServer:
             return Delivery.GONE
         return Delivery.SENT
 
+    def wake(self) -> None:
+        """The handler has work to send: end the I/O thread's wait now (any thread)."""
+        self._waker.wake()
+
     def close(self, linger_s: float = 0.0) -> None:
         """Stop the I/O thread; the socket then waits up to ``linger_s`` for messages still queued
         to go out (by default none: closing never waits on a dead peer)."""
         self._close_linger_ms = int(linger_s * 1000)
         self._stop.set()
+        self._waker.wake()
         if self._thread.is_alive():
             self._thread.join(timeout=5.0 + linger_s)
+        if not self._thread.is_alive():
+            self._waker.close()
 
     def _run(self) -> None:
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
@@ -234,8 +303,9 @@ class LinkServer:
         self._sock = sock
         self._ready.set()
         try:
+            poll = _Poll(sock, self._waker)
             while not self._stop.is_set():
-                if sock.poll(self._handler.wait_ms(), zmq.POLLIN):
+                if poll(self._handler.wait_ms()):
                     self._receive(sock)
                 self._handler.after_poll()
         finally:
@@ -290,10 +360,15 @@ class LinkClient:
         self._peer = peer
         self._sock: zmq.Socket[bytes] | None = None
         self._stop = threading.Event()
+        self._waker = Waker()
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    def wake(self) -> None:
+        """The handler has work to send: end the I/O thread's wait now (any thread)."""
+        self._waker.wake()
 
     def send(self, frames: Sequence[Any], *, copy: bool = True) -> bool:
         """Send ``frames`` without waiting (I/O thread only); False while not connected."""
@@ -306,8 +381,11 @@ class LinkClient:
 
     def close(self) -> None:
         self._stop.set()
+        self._waker.wake()
         if self._thread.is_alive():
             self._thread.join(timeout=5.0)
+        if not self._thread.is_alive():
+            self._waker.close()
 
     def _connect(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
         sock = client_socket(ctx, zmq.DEALER, self._keys, self._limits)
@@ -320,12 +398,13 @@ class LinkClient:
         lower_priority()
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         sock = self._connect(ctx)
+        poll = _Poll(sock, self._waker)
         handler = self._handler
         handler.on_start()
         try:
             while not self._stop.is_set():
                 handler.before_poll()
-                if sock.poll(handler.wait_ms(), zmq.POLLIN):
+                if poll(handler.wait_ms()):
                     self._receive(sock)
                 if self.live.beat_due():
                     handler.beat()
@@ -335,6 +414,7 @@ class LinkClient:
                     )
                     sock.close(linger=0)
                     sock = self._connect(ctx)
+                    poll = _Poll(sock, self._waker)
                     handler.on_reconnect()
                 handler.after_poll()
         finally:

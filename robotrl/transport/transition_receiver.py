@@ -158,6 +158,7 @@ class TransitionReceiver:
             self._to_ack.append(self._held)
             self._unqueue(self._held)
             self._held = None
+            self._link.wake()
 
     def hand_back(self) -> None:
         """Return the batch handed out last unacknowledged (the learner could not journal it):

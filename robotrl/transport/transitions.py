@@ -166,6 +166,7 @@ class TransitionSender:
             return False
         self._handoff.append(item)
         self._counts.add("queued")
+        self._link.wake()
         return True
 
     def backlog(self) -> int:

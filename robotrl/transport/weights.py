@@ -202,7 +202,7 @@ class WeightPublisher:
                 self._withdraw(self._pending)
             self._pending = pending
         if segment is not None:
-            self._wake.set()  # subscribers on this host check each tensor while the next is copied
+            self._nudge()  # subscribers on this host check each tensor while the next is copied
             try:
                 segment.fill(tensors)
             except BaseException:  # subscribers mapping it refuse it; nobody else is offered it
@@ -212,7 +212,7 @@ class WeightPublisher:
                         self._withdraw(pending)
                 raise
         pending.written.set()
-        self._wake.set()
+        self._nudge()
         return version
 
     def send(self, item: WeightUpdate) -> bool:
@@ -240,6 +240,11 @@ class WeightPublisher:
         self._pool.release(offer.snapshot)
         if offer.segment is not None and self._segments is not None:
             self._segments.withdraw(offer.segment)
+
+    def _nudge(self) -> None:
+        """Work for the I/O thread (a version to announce, a seal to send): now, not after its poll."""
+        self._wake.set()
+        self._link.wake()
 
     def close(self) -> None:
         self._wake.set()
@@ -342,7 +347,7 @@ class WeightPublisher:
         digest = weights_digest(published.tensors)
         meta = {"digest": digest, "count": len(published.pieces), "session": self.session}
         published.seal = encode(Message(p.WSEAL, "learner", published.policy_version, {}, meta))
-        self._wake.set()
+        self._nudge()
 
     def _on_want(self, route: bytes, have: int, restart: bool, host: str | None) -> None:
         sub = self._subs.get(route)

@@ -303,3 +303,22 @@ def test_ipc_endpoints_work_like_tcp(tmp_path):
         tx.close()
         rx.close()
     assert [q for _, _, q in got] == [0, 1, 2]
+
+
+def test_batches_and_acks_flow_without_waiting_for_a_poll_to_time_out(monkeypatch):
+    """Work handed to a link's I/O thread wakes it: with the loops' idle poll at a minute, a sender
+    whose window holds two batches still gets forty through, each ack let out the moment the
+    learner takes the next batch (a poll ending only on its timeout would take 20 minutes)."""
+    monkeypatch.setattr("robotrl.transport.transitions.POLL_MS", 60_000)
+    monkeypatch.setattr("robotrl.transport.transition_receiver.POLL_MS", 60_000)
+    rx = receiver()
+    tx = sender(rx.endpoint, "actor-0", window=2)
+    try:
+        for i in range(40):
+            assert tx.send(small_batch("actor-0", i))
+        got = drain(rx, lambda got: len(got) == 40, 30)
+        assert tx.flush(30)
+    finally:
+        tx.close()
+        rx.close()
+    assert sorted(seq for _, _, seq in got) == list(range(40))

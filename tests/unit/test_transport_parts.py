@@ -1,9 +1,13 @@
-"""The transport's small parts: ranges and ledger, liveness, spool file format, weight checks."""
+"""The transport's small parts: ranges and ledger, liveness, spool file format, weight checks, the
+link's waker."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
+import zmq
 
 from robotrl.config.schema import RobotRLConfig, problems
 from robotrl.core.clock import VirtualClock
@@ -11,6 +15,7 @@ from robotrl.core.types import WeightUpdate
 from robotrl.transport.background import LogBudget
 from robotrl.transport.heartbeat import Liveness
 from robotrl.transport.ledger import RangeSet, SeqLedger
+from robotrl.transport.link import Waker, _Poll
 from robotrl.transport.spool import Spool, SpoolFullError
 from robotrl.transport.weight_checks import WeightRefused, all_finite, verify
 from robotrl.transport.weights import split_pieces
@@ -143,3 +148,33 @@ def test_transport_config_problems_name_the_field():
     cfg.transport.transitions_endpoint = "localhost:5555"
     fields = {f for f, _ in problems(cfg)}
     assert {"transport.send_window", "transport.weights_piece_mb", "transport.transitions_endpoint"} <= fields
+
+
+def test_a_waker_ends_a_poll_that_would_wait_forever_and_is_harmless_once_closed():
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    sock.bind("inproc://waker-test")
+    waker = Waker()
+    poll = _Poll(sock, waker)
+    result: list[bool] = []
+    done = threading.Event()
+
+    def wait() -> None:
+        result.append(poll(-1))  # no timeout: only a message or a wake ends it
+        done.set()
+
+    thread = threading.Thread(target=wait, daemon=True)
+    try:
+        thread.start()
+        waker.wake()
+        assert done.wait(10.0), "the wake did not end the poll"
+        assert result == [False]  # woken, no message waiting
+        for _ in range(100_000):  # more wakes than the pipe holds: they coalesce, none blocks
+            waker.wake()
+        assert not poll(0) and not poll(0)  # the first poll drained every pending wake
+    finally:
+        waker.close()
+        sock.close(linger=0)
+        ctx.term()
+    waker.wake()  # after close: nothing written anywhere (the descriptor may be another file's now)
+    waker.close()
