@@ -99,7 +99,9 @@ class Waker:
 
     Without it, work handed over while the loop waits (a batch to send, an ack to give)
     waited for the next message or the end of the poll (:data:`POLL_MS`): a sender whose
-    window was full of batches awaiting acks then stalled for that long."""
+    window was full of batches awaiting acks then stalled for that long. A wake writes only
+    while the loop is waiting (or about to): each write hands the GIL to the woken thread,
+    which a busy loop, reading messages anyway, does not need."""
 
     def __init__(self) -> None:
         self._read, self._write = os.pipe()
@@ -107,20 +109,33 @@ class Waker:
         os.set_blocking(self._write, False)
         self._lock = threading.Lock()  # a wake never writes to a closed (or reused) descriptor
         self._closed = False
+        self._waiting = False
 
     def fileno(self) -> int:
         return self._read
 
     def wake(self) -> None:
         """Make the loop's current or next poll return at once (any thread)."""
+        if not self._waiting:  # the loop looks for work before it waits again
+            return
         with self._lock:
+            self._waiting = False
             if self._closed:
                 return
             with contextlib.suppress(BlockingIOError):  # full: wakes are pending already
                 os.write(self._write, b"\0")
 
-    def drain(self) -> None:
-        """Take every pending wake (the I/O thread, after its poll)."""
+    def wait(self, poller: zmq.Poller, timeout_ms: Callable[[], int]) -> list[tuple[Any, int]]:
+        """Poll for up to ``timeout_ms()``, asked only once a wake would reach this poll (the I/O
+        thread): work handed over after it looked makes the poll return at once."""
+        self._waiting = True
+        try:
+            return poller.poll(timeout_ms())
+        finally:
+            self._waiting = False
+            self._drain()
+
+    def _drain(self) -> None:
         try:
             while os.read(self._read, 4096):
                 pass
@@ -145,12 +160,9 @@ class _Poll:
         self._poller.register(sock, zmq.POLLIN)
         self._poller.register(waker, zmq.POLLIN)
 
-    def __call__(self, timeout_ms: int) -> bool:
-        """Wait up to ``timeout_ms`` for a message or a wake; whether a message waits."""
-        ready = dict(self._poller.poll(timeout_ms))
-        if self._waker.fileno() in ready:
-            self._waker.drain()
-        return self._sock in ready
+    def __call__(self, timeout_ms: Callable[[], int]) -> bool:
+        """Wait for a message or a wake, up to ``timeout_ms()``; whether a message waits."""
+        return any(s is self._sock for s, _ in self._waker.wait(self._poller, timeout_ms))
 
 
 class Delivery(enum.Enum):
@@ -305,7 +317,7 @@ class LinkServer:
         try:
             poll = _Poll(sock, self._waker)
             while not self._stop.is_set():
-                if poll(self._handler.wait_ms()):
+                if poll(self._handler.wait_ms):
                     self._receive(sock)
                 self._handler.after_poll()
         finally:
@@ -404,7 +416,7 @@ class LinkClient:
         try:
             while not self._stop.is_set():
                 handler.before_poll()
-                if poll(handler.wait_ms()):
+                if poll(handler.wait_ms):
                     self._receive(sock)
                 if self.live.beat_due():
                     handler.beat()
