@@ -318,7 +318,8 @@ class Soak:
         lost, twice = max(0, sent - stored), max(0, stored - sent)
         # A learner restarted without its checkpoint has forgotten what the ended session stored:
         # a batch whose acknowledgement that session's stop lost is resent and stored again.
-        # Those rows (at most a batch each) are counted apart; any other row stored twice is not.
+        # Those rows (at most a batch each: two-camera batches, ~3.6 MB, exceed transport.coalesce_kb
+        # and never go joined) are counted apart; any other row stored twice is not.
         by_two_sessions = min(twice, overlap * TransportConfig().batch_transitions)
         duplicates = twice - by_two_sessions
         evidence = audit.Evidence(

@@ -39,6 +39,10 @@ class TransportConfig:
     """'trainable' (only the trained tensors) or 'full'."""
     send_window: int = field(default=16, metadata=bounds(gt=0))
     """Transition batches sent and not yet acknowledged at once (credit-based flow control)."""
+    coalesce_kb: int = field(default=1024, metadata=bounds(ge=0))
+    """Batches queued behind one another (a backlog: a burst, a learner away) go out joined, in
+    messages of up to this many KiB, each numbered, spooled and acknowledged once; a batch alone
+    in the queue goes as it is. 0: one message per batch."""
     weights_piece_mb: int = field(default=16, metadata=bounds(gt=0))
     """Weight updates travel in pieces of about this many MB (a larger tensor goes alone)."""
     weights_shared_memory: bool = True

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, Final
@@ -20,13 +20,20 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from robotrl.core.columns import ARRAY_COLUMNS, IMAGES, Column, Shape
+from robotrl.core.columns import ARRAY_COLUMNS, FINITE, IMAGES, Column, Shape
 from robotrl.core.types import Observation, Transition
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 
+_COLUMN_FIELDS: Final = (
+    *(c.name for c in ARRAY_COLUMNS),
+    *(c.next_name for c in ARRAY_COLUMNS if c.next_name),
+)
+"""The batch fields of the array columns and of their next-observation twins."""
+_ARRAYS: Final = attrgetter(*_COLUMN_FIELDS, "instruction_index", "next_rows")
+"""Every plain array field of a batch, in one call."""
 _ROW_SIZES: Final = {Shape.SCALAR: 0, Shape.STATE: 1, Shape.ACTION: 2}
 _SHAPE_CHECKS: Final = tuple((c.name, c.next_name, _ROW_SIZES[c.shape]) for c in ARRAY_COLUMNS)
 """Per array column: its field, its next-observation field, and which row size it has
@@ -107,17 +114,16 @@ class TransitionBatch:
     def __len__(self) -> int:
         return len(self.state)
 
+    def non_finite(self) -> list[str]:
+        """The fields that must hold no NaN or infinity and do (:data:`~robotrl.core.columns.FINITE`):
+        a batch the learner would refuse."""
+        return [name for name in FINITE if not np.isfinite(getattr(self, name)).all()]
+
     @property
     def nbytes(self) -> int:
         """Bytes of array data carried (what the wire sends, headers aside)."""
-        total = 0
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, np.ndarray):
-                total += value.nbytes
-            elif isinstance(value, Mapping):
-                total += sum(int(v.nbytes) for v in value.values())
-        return total
+        cameras = sum(a.nbytes for images in (self.images, self.next_images) for a in images.values())
+        return int(sum(a.nbytes for a in _ARRAYS(self))) + cameras
 
     @classmethod
     def of(
@@ -168,6 +174,30 @@ class TransitionBatch:
         }
         return replace(
             self, next_rows=np.array([len(self) - 1], np.int64), next_images=dict(next_images), **fields_
+        )
+
+    @classmethod
+    def concat(cls, batches: Sequence[TransitionBatch]) -> TransitionBatch:
+        """``batches`` of one actor (same dimensions and cameras) as one, rows in order."""
+        first = batches[0]
+        if any(b.actor_id != first.actor_id for b in batches):
+            raise ValueError("one batch is one actor: cannot join batches of several")
+        instructions: dict[str, int] = {}
+        index = [
+            np.array([instructions.setdefault(s, len(instructions)) for s in b.instructions], np.int32)[
+                b.instruction_index
+            ]
+            for b in batches
+        ]
+        starts = np.cumsum([0, *(len(b) for b in batches[:-1])])
+        return cls(
+            actor_id=first.actor_id,
+            images={cam: np.concatenate([b.images[cam] for b in batches]) for cam in first.images},
+            next_images={cam: np.concatenate([b.next_images[cam] for b in batches]) for cam in first.images},
+            instructions=tuple(instructions),
+            instruction_index=np.concatenate(index),
+            next_rows=np.concatenate([b.next_rows + start for b, start in zip(batches, starts, strict=True)]),
+            **{name: np.concatenate([getattr(b, name) for b in batches]) for name in _COLUMN_FIELDS},
         )
 
     @classmethod

@@ -43,9 +43,18 @@ from robotrl.transport.sockets import CONTROL_LIMITS
 from robotrl.transport.spool import Spool, SpoolFullError
 from robotrl.wire.auth import ClientKeys
 from robotrl.wire.codec import Frame, Message, WireError, encode
-from robotrl.wire.messages import TRANSITIONS, non_finite_arrays, transition_batch_to_message
+from robotrl.wire.messages import TRANSITIONS, transition_batch_to_message
 
 log = logging.getLogger(__name__)
+
+
+def _joinable(a: TransitionBatch, b: TransitionBatch) -> bool:
+    """Whether ``b`` can follow ``a`` in one batch: the same dimensions and camera frames."""
+    return (
+        a.state.shape[1:] == b.state.shape[1:]
+        and a.action.shape[1:] == b.action.shape[1:]
+        and {c: i.shape[1:] for c, i in a.images.items()} == {c: i.shape[1:] for c, i in b.images.items()}
+    )
 
 
 def new_stream_id() -> str:
@@ -87,13 +96,16 @@ class TransitionSender:
         keys: ClientKeys | None = None,
         write_ahead: bool = False,
         fsync: Fsync | None = None,
+        coalesce_bytes: int = 0,
         on_numbered: Callable[[str, int, int], None] | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
         """``on_numbered(stream, seq, rows)`` runs on the I/O thread once a batch is numbered
         and kept (on disk first, with write-ahead): what an audit of a crash counts as handed
         over, since from then on the learner's ledger accounts for the batch. ``fsync``: how
-        spool files reach the disk (default: fsynced)."""
+        spool files reach the disk (default: fsynced). ``coalesce_bytes``: batches queued behind
+        one another go out joined, as messages of up to this many bytes (0: one message per
+        batch; ``transport.coalesce_kb`` sets it for an actor)."""
         if not actor_id:
             raise ValueError("actor_id must not be empty")
         self.endpoint = endpoint
@@ -119,6 +131,8 @@ class TransitionSender:
         self._drops = EveryFewSeconds(log, logging.WARNING, clock=clock)
         self._write_ahead = write_ahead and self._spool is not None
         self._on_numbered = on_numbered
+        self._coalesce_bytes = coalesce_bytes
+        self._alone = 0  # queued batches to take one by one (a joined batch held NaN)
         self._handoff: collections.deque[TransitionBatch] = collections.deque()
         self._entries: collections.OrderedDict[tuple[str, int], _Entry] = collections.OrderedDict()
         self._in_memory = 0
@@ -137,6 +151,7 @@ class TransitionSender:
             "reconnects",
             "unjournaled",
             "non_finite",
+            "joined",
         )
         self._stop = threading.Event()
         self._link.start()
@@ -151,6 +166,7 @@ class TransitionSender:
             "window": cfg.send_window,
             "write_ahead": cfg.write_ahead,
             "fsync": Fsync(cfg.fsync),
+            "coalesce_bytes": cfg.coalesce_kb << 10,
         }
         kwargs.update(overrides)
         return cls(cfg.transitions_endpoint, actor_id, **kwargs)
@@ -314,21 +330,19 @@ class TransitionSender:
             waits = (self._live.alive() and not self._fenced.is_set()) or self._spool is None
             if not room and waits and len(self._handoff) < self._max_queue // 2:
                 return
-            batch = self._handoff.popleft()
+            batch = self._take_group()
             seq = self._next_seq
             self._next_seq += 1
-            plain = transition_batch_to_message(batch, seq)
-            bad = non_finite_arrays(plain)
+            bad = batch.non_finite()
             if bad:  # the learner would refuse it, and never acknowledge it
                 log.error("%s: batch %d holds NaN or inf in %s; dropped, not sent", self.actor_id, seq, bad)
                 self._counts.add("dropped")
                 self._counts.add("non_finite")
                 continue
-            message = Message(
-                plain.kind, plain.sender, seq, plain.arrays, {**plain.meta, "stream": self.stream}
-            )
             try:
-                frames = encode(message)
+                plain = transition_batch_to_message(batch, seq)
+                meta = {**plain.meta, "stream": self.stream}
+                frames = encode(Message(plain.kind, plain.sender, seq, plain.arrays, meta))
             except WireError as exc:
                 log.error("%s: batch %d cannot be encoded (%s); dropped", self.actor_id, seq, exc)
                 self._counts.add("dropped")
@@ -351,6 +365,33 @@ class TransitionSender:
                     self._dropped(seq, f"memory and spool full ({exc})")
                     continue
             self._dropped(seq, "memory full and no spool")
+
+    def _take_group(self) -> TransitionBatch:
+        """The oldest queued batch, joined with those queued behind it while they fit in one
+        message of ``coalesce_bytes`` (same dimensions and cameras): a backlog travels in few
+        messages, each numbered, spooled and acknowledged once, instead of one per batch. A
+        joined batch holding NaN or inf is taken apart again: its batches go alone, so only the
+        one at fault is dropped."""
+        first = self._handoff.popleft()
+        if self._alone:
+            self._alone -= 1
+            return first
+        group, size = [first], first.nbytes
+        while self._handoff and self._coalesce_bytes:
+            nxt = self._handoff[0]
+            size += nxt.nbytes
+            if size > self._coalesce_bytes or not _joinable(first, nxt):
+                break
+            group.append(self._handoff.popleft())
+        if len(group) == 1:
+            return first
+        joined = TransitionBatch.concat(group)
+        if joined.non_finite():
+            self._handoff.extendleft(reversed(group[1:]))
+            self._alone = len(group) - 1
+            return first
+        self._counts.add("joined", len(group) - 1)
+        return joined
 
     def _dropped(self, seq: int, why: str) -> None:
         """A numbered batch given up: counted (pings tell the learner's ledger), logged sparingly."""

@@ -45,12 +45,6 @@ def transition_batch_to_message(batch: TransitionBatch, seq: int) -> Message:
     )
 
 
-def non_finite_arrays(message: Message) -> list[str]:
-    """Names of the arrays of a transition message that must be finite and are not: a batch
-    the learner would refuse, which a sender drops instead of resending forever."""
-    return layout(PackedDims.parse(message.meta.get("dims"))).non_finite(message.arrays[_COLUMNS])
-
-
 def message_to_transition_batch(message: Message) -> TransitionBatch:
     """A :class:`TransitionBatch` from a decoded message; arrays stay zero-copy views.
 

@@ -134,15 +134,6 @@ class Layout:
                 fields[name] = typed[elements] if shape is None else typed[elements].reshape(shape)
         return fields
 
-    def non_finite(self, frame: npt.NDArray[np.uint8]) -> list[str]:
-        """Names of the fields of ``frame`` that must be finite and are not."""
-        bad: list[str] = []
-        for section in self.sections:
-            typed = frame[section.span].view(section.dtype)
-            if section.finite and not np.isfinite(typed[section.finite]).all():
-                bad += _non_finite(section, typed)
-        return bad
-
 
 def _join(parts: tuple[npt.NDArray[Any], ...]) -> bytes | None:
     """The bytes of ``parts`` back to back (arrays are buffers: one copy, no view made of each),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgpack
+import numpy as np
 import zmq
 
 from robotrl.transport import protocol as p
@@ -322,3 +324,55 @@ def test_batches_and_acks_flow_without_waiting_for_a_poll_to_time_out(monkeypatc
         tx.close()
         rx.close()
     assert sorted(seq for _, _, seq in got) == list(range(40))
+
+
+def _queued_behind_a_learner_away(tmp_path: Path, batches: list, rows: int) -> tuple:
+    """``batches`` sent while no learner listens, with room in memory for one: the first is
+    numbered at once, the others wait queued behind it; then a learner starts and takes
+    ``rows``. The batches it took, the sender's stats."""
+    endpoint = f"ipc://{tmp_path}/t.sock"
+    tx = sender(endpoint, "actor-0", max_inflight=1, coalesce_bytes=1 << 20)
+    rx = None
+    taken = []
+    try:
+        assert tx.send(batches[0])
+        wait_for(lambda: tx.stats()["unacked"] == 1, 10, "the first batch to be numbered")
+        assert all(tx.send(batch) for batch in batches[1:])  # no room: they wait in the queue
+        rx = receiver_at(endpoint)
+        deadline = time.monotonic() + 30
+        while sum(len(b) for b in taken) < rows:
+            assert time.monotonic() < deadline, f"took {len(taken)} batches"
+            item = rx.recv_item(0.1)
+            if item is not None:
+                taken.append(item.batch)
+        rx.commit()
+        assert tx.flush(10)
+        return taken, tx.stats()
+    finally:
+        tx.close()
+        if rx is not None:
+            rx.close()
+
+
+def receiver_at(endpoint: str) -> TransitionReceiver:
+    return TransitionReceiver(endpoint, heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
+
+
+def test_batches_queued_behind_one_another_go_out_joined_in_order(tmp_path):
+    batches = [small_batch("actor-0", i) for i in range(10)]
+    taken, stats = _queued_behind_a_learner_away(tmp_path, batches, rows=40)
+    assert [len(b) for b in taken] == [4, 36]  # the first alone, the nine queued behind it in one
+    assert stats["joined"] == 8 and stats["sent"] == 2
+    ticks = np.concatenate([b.tick for b in taken])
+    np.testing.assert_array_equal(ticks, np.arange(40))
+    np.testing.assert_array_equal(np.concatenate([b.state[:, 0] for b in taken]), np.repeat(np.arange(10), 4))
+
+
+def test_a_joined_batch_with_nan_goes_apart_and_only_the_batch_at_fault_is_dropped(tmp_path):
+    batches = [small_batch("actor-0", i) for i in range(10)]
+    batches[5] = dataclasses.replace(batches[5], reward=np.full(4, np.nan, np.float32))
+    taken, stats = _queued_behind_a_learner_away(tmp_path, batches, rows=36)
+    assert [len(b) for b in taken] == [4] * 9  # after the NaN, each went alone
+    assert stats["non_finite"] == 1 and stats["dropped"] == 1 and stats.get("joined", 0) == 0
+    ticks = np.concatenate([b.tick for b in taken])
+    np.testing.assert_array_equal(ticks, [t for t in range(40) if not 20 <= t < 24])

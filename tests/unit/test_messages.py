@@ -15,7 +15,6 @@ from robotrl.wire.codec import Message, WireError, decode, encode
 from robotrl.wire.messages import (
     message_to_transition_batch,
     message_to_weight_update,
-    non_finite_arrays,
     transition_batch_to_message,
     weight_update_to_message,
 )
@@ -138,13 +137,30 @@ def test_a_packed_batch_with_nan_or_bad_indices_or_bool_bytes_is_refused():
     assert _reason(_with(message, {**message.arrays, "columns": frame})) == "dtype"
 
 
-def test_a_sender_learns_which_packed_columns_are_not_finite():
+def test_a_batch_names_its_fields_that_are_not_finite():
     batch = _small_batch()
     reward = batch.reward.copy()
     reward[1] = np.nan
-    message = transition_batch_to_message(dataclasses.replace(batch, reward=reward), seq=0)
-    assert non_finite_arrays(message) == ["reward"]
-    assert non_finite_arrays(transition_batch_to_message(batch, seq=0)) == []
+    assert dataclasses.replace(batch, reward=reward).non_finite() == ["reward"]
+    assert batch.non_finite() == []
+
+
+def test_batches_join_in_order_with_their_instructions_and_next_observations():
+    one = TransitionBatch.from_transitions(make_transitions(3, ("front",), np.random.default_rng(4)))
+    two = dataclasses.replace(_small_batch(), instructions=("other", "pick the cube"))
+    joined = TransitionBatch.concat([one, two, one])
+    assert len(joined) == 3 + 4 + 3
+    np.testing.assert_array_equal(joined.state, np.concatenate([one.state, two.state, one.state]))
+    np.testing.assert_array_equal(joined.next_rows, [2, 6, 9])
+    np.testing.assert_array_equal(
+        joined.next_state, np.concatenate([one.next_state, two.next_state, one.next_state])
+    )
+    rows = joined.to_transitions()
+    want = [*one.to_transitions(), *two.to_transitions(), *one.to_transitions()]
+    assert [t.observation.instruction for t in rows] == [t.observation.instruction for t in want]
+    np.testing.assert_array_equal(joined.images["front"][3:7], two.images["front"])
+    with pytest.raises(ValueError, match="one actor"):
+        TransitionBatch.concat([one, dataclasses.replace(one, actor_id="other")])
 
 
 def test_packing_casts_within_a_kind_and_refuses_across_kinds():
