@@ -104,7 +104,7 @@ def _raw_learner(conn: Connection, n_batches: int, joined: int = 1) -> None:
     port = pull.bind_to_random_port("tcp://127.0.0.1")
     conn.send(f"tcp://127.0.0.1:{port}")
     got = 0
-    while got < n_batches * BATCH and pull.poll(int(_TIMEOUT_S * 1000)):
+    while got < n_batches // joined * joined * BATCH and pull.poll(int(_TIMEOUT_S * 1000)):
         pull.recv_multipart(copy=False)
         got += BATCH * joined
     conn.send({"end": time.monotonic(), "received": got})
