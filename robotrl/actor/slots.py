@@ -31,7 +31,7 @@ from robotrl.core.log_limit import EveryFewSeconds
 from robotrl.core.protocols import ChunkPolicy
 from robotrl.core.sessions import SessionVersions
 from robotrl.core.types import WeightUpdate
-from robotrl.transport.background import lower_priority
+from robotrl.transport.background import at_lowest_priority
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +47,7 @@ def spare_of(active: ChunkPolicy) -> ChunkPolicy:
 def release_in_background(tensors: dict[str, Any]) -> None:
     """Drop ``tensors`` on a thread of the lowest priority: unmapping and freeing the 200 MB an
     update replaced takes tens of ms, which must not delay the new version nor an inference."""
-
-    def release() -> None:
-        lower_priority(19)
-        tensors.clear()
-
-    threading.Thread(target=release, name="weights-release", daemon=True).start()
+    at_lowest_priority(tensors.clear, "weights-release")
 
 
 def _parameters(policy: ChunkPolicy) -> dict[str, Any]:

@@ -43,6 +43,20 @@ def lower_priority(niceness: int = 10) -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
 
 
+def at_lowest_priority(work: Callable[[], object], name: str) -> threading.Thread:
+    """Run ``work`` on a new daemon thread of the lowest priority (niceness 19), started: for
+    freeing or making hundreds of MB (unmapping the weights an update replaced, unlinking or
+    allocating a segment), tens of ms nothing waiting on the result should pay."""
+
+    def run() -> None:
+        lower_priority(19)
+        work()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
 class LogBudget:
     """At most ``lines_per_s`` log lines per second for each kind of line (a token bucket).
 

@@ -47,7 +47,7 @@ import numpy as np
 import numpy.typing as npt
 import zmq
 
-from robotrl.transport.background import lower_priority
+from robotrl.transport.background import at_lowest_priority
 from robotrl.transport.weight_checks import Layout, WeightRefused, check_tensor
 from robotrl.wire.codec import ALLOWED_DTYPES, WireError
 
@@ -282,7 +282,7 @@ class SegmentPool:
                 with self._lock:
                     self._making = False
 
-        self._background.append(_at_lowest_priority(make))
+        self._background.append(at_lowest_priority(make, "weights-shm"))
 
     def withdraw(self, segment: Segment) -> None:
         """``segment``'s version is no longer offered (superseded): idle once its readers let go."""
@@ -309,7 +309,7 @@ class SegmentPool:
     def _drop(self, segment: Segment) -> None:
         self._segments.remove(segment)
         self._background = [t for t in self._background if t.is_alive()]
-        self._background.append(_at_lowest_priority(segment.unlink))
+        self._background.append(at_lowest_priority(segment.unlink, "weights-shm"))
 
     def close(self) -> None:
         """Unlink every file this pool made, after its background work (a spare being made is
@@ -323,19 +323,6 @@ class SegmentPool:
         for segment in self._segments:
             segment.unlink()
         self._segments.clear()
-
-
-def _at_lowest_priority(work: Callable[[], object]) -> threading.Thread:
-    """Run ``work`` on a thread of the lowest priority: unlinking a file nobody maps frees its
-    200 MB of pages, tens of ms a subscriber mapping a segment should not wait for."""
-
-    def run() -> None:
-        lower_priority(19)
-        work()
-
-    thread = threading.Thread(target=run, name="weights-shm", daemon=True)
-    thread.start()
-    return thread
 
 
 def open_segment(path: object, max_bytes: int) -> mmap.mmap:
