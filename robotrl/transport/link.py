@@ -270,6 +270,8 @@ class LinkServer:
         self._thread.start()
         if not self._ready.wait(10.0) or self._error is not None:
             self._stop.set()
+            if self._error is not None:  # the loop never began: nothing will poll the waker
+                self._waker.close()
             raise RuntimeError(f"{self._what} could not bind {requested}: {self._error}")
 
     def send(self, route: bytes, frames: Sequence[Any]) -> Delivery:
@@ -308,9 +310,11 @@ class LinkServer:
                 sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
             self.endpoint = bind(sock, self.endpoint)
         except Exception as exc:  # reported to start(), which raises
+            if auth is not None:
+                auth.stop()
+            ctx.destroy(linger=0)  # closes the unbound socket: term() alone would wait for it forever
             self._error = exc
             self._ready.set()
-            ctx.term()
             return
         self._sock = sock
         self._ready.set()

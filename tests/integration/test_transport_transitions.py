@@ -8,6 +8,7 @@ import logging
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import msgpack
 import numpy as np
+import pytest
 import zmq
 
 from robotrl.transport import protocol as p
@@ -376,3 +378,21 @@ def test_a_joined_batch_with_nan_goes_apart_and_only_the_batch_at_fault_is_dropp
     assert stats["non_finite"] == 1 and stats["dropped"] == 1 and stats.get("joined", 0) == 0
     ticks = np.concatenate([b.tick for b in taken])
     np.testing.assert_array_equal(ticks, [t for t in range(40) if not 20 <= t < 24])
+
+
+def test_a_receiver_that_cannot_bind_says_so_and_leaves_no_thread_behind():
+    """A failed bind used to leave its I/O thread waiting forever on the context of its unbound
+    socket (and six descriptors with it), once per attempt."""
+    taken = receiver()
+
+    def io_threads() -> int:
+        return sum(t.name == "transitions-rx" for t in threading.enumerate())
+
+    before = io_threads()
+    try:
+        for _ in range(5):
+            with pytest.raises(RuntimeError, match="could not bind"):
+                TransitionReceiver(taken.endpoint)
+        wait_for(lambda: io_threads() == before, 10, "the failed receivers' threads to end")
+    finally:
+        taken.close()
