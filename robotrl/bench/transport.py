@@ -119,9 +119,9 @@ def _raw_actor(
     import zmq
 
     from robotrl.wire.codec import encode
-    from robotrl.wire.messages import transition_batch_to_message
+    from robotrl.wire.messages import joined_batches_to_message
 
-    frames = encode(transition_batch_to_message(TransitionBatch.concat([_batch(cameras)] * joined), 0))
+    frames = encode(joined_batches_to_message([_batch(cameras)] * joined, 0))
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
     push.connect(endpoint)

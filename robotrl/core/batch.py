@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from robotrl.core.columns import ARRAY_COLUMNS, FINITE, IMAGES, Column, Shape
+from robotrl.core.columns import ARRAY_COLUMNS, IMAGES, Column, Shape
 from robotrl.core.types import Observation, Transition
 
 IntArray = npt.NDArray[np.int64]
@@ -35,6 +35,16 @@ _COLUMN_FIELDS: Final = (
 _ARRAYS: Final = attrgetter(*_COLUMN_FIELDS, "instruction_index", "next_rows")
 """Every plain array field of a batch, in one call."""
 _ROW_SIZES: Final = {Shape.SCALAR: 0, Shape.STATE: 1, Shape.ACTION: 2}
+
+
+class JoinedIndices(NamedTuple):
+    """The index fields of batches joined into one (:meth:`TransitionBatch.joined_indices`)."""
+
+    instructions: tuple[str, ...]
+    instruction_index: npt.NDArray[np.int32]
+    next_rows: npt.NDArray[np.int64]
+
+
 _SHAPE_CHECKS: Final = tuple((c.name, c.next_name, _ROW_SIZES[c.shape]) for c in ARRAY_COLUMNS)
 """Per array column: its field, its next-observation field, and which row size it has
 (an index into scalar, state, action)."""
@@ -114,11 +124,6 @@ class TransitionBatch:
     def __len__(self) -> int:
         return len(self.state)
 
-    def non_finite(self) -> list[str]:
-        """The fields that must hold no NaN or infinity and do (:data:`~robotrl.core.columns.FINITE`):
-        a batch the learner would refuse."""
-        return [name for name in FINITE if not np.isfinite(getattr(self, name)).all()]
-
     @property
     def nbytes(self) -> int:
         """Bytes of array data carried (what the wire sends, headers aside)."""
@@ -176,9 +181,10 @@ class TransitionBatch:
             self, next_rows=np.array([len(self) - 1], np.int64), next_images=dict(next_images), **fields_
         )
 
-    @classmethod
-    def concat(cls, batches: Sequence[TransitionBatch]) -> TransitionBatch:
-        """``batches`` of one actor (same dimensions and cameras) as one, rows in order."""
+    @staticmethod
+    def joined_indices(batches: Sequence[TransitionBatch]) -> JoinedIndices:
+        """What joining ``batches`` of one actor into one batch (rows in order) makes of the
+        fields that point at rows or instructions; every other field is its members' end to end."""
         first = batches[0]
         if any(b.actor_id != first.actor_id for b in batches):
             raise ValueError("one batch is one actor: cannot join batches of several")
@@ -189,15 +195,11 @@ class TransitionBatch:
             ]
             for b in batches
         ]
-        starts = np.cumsum([0, *(len(b) for b in batches[:-1])])
-        return cls(
-            actor_id=first.actor_id,
-            images={cam: np.concatenate([b.images[cam] for b in batches]) for cam in first.images},
-            next_images={cam: np.concatenate([b.next_images[cam] for b in batches]) for cam in first.images},
-            instructions=tuple(instructions),
-            instruction_index=np.concatenate(index),
-            next_rows=np.concatenate([b.next_rows + start for b, start in zip(batches, starts, strict=True)]),
-            **{name: np.concatenate([getattr(b, name) for b in batches]) for name in _COLUMN_FIELDS},
+        starts = itertools.accumulate((len(b) for b in batches[:-1]), initial=0)
+        return JoinedIndices(
+            tuple(instructions),
+            np.concatenate(index),
+            np.concatenate([b.next_rows + start for b, start in zip(batches, starts, strict=True)]),
         )
 
     @classmethod

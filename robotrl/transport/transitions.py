@@ -43,7 +43,8 @@ from robotrl.transport.sockets import CONTROL_LIMITS
 from robotrl.transport.spool import Spool, SpoolFullError
 from robotrl.wire.auth import ClientKeys
 from robotrl.wire.codec import Frame, Message, WireError, encode
-from robotrl.wire.messages import TRANSITIONS, transition_batch_to_message
+from robotrl.wire.messages import TRANSITIONS, joined_batches_to_message, packed_non_finite
+from robotrl.wire.packed_columns import PackedDims
 
 log = logging.getLogger(__name__)
 
@@ -330,68 +331,71 @@ class TransitionSender:
             waits = (self._live.alive() and not self._fenced.is_set()) or self._spool is None
             if not room and waits and len(self._handoff) < self._max_queue // 2:
                 return
-            batch = self._take_group()
             seq = self._next_seq
             self._next_seq += 1
-            bad = batch.non_finite()
-            if bad:  # the learner would refuse it, and never acknowledge it
-                log.error("%s: batch %d holds NaN or inf in %s; dropped, not sent", self.actor_id, seq, bad)
-                self._counts.add("dropped")
-                self._counts.add("non_finite")
-                continue
             try:
-                plain = transition_batch_to_message(batch, seq)
+                plain, bad = self._take_message()
                 meta = {**plain.meta, "stream": self.stream}
                 frames = encode(Message(plain.kind, plain.sender, seq, plain.arrays, meta))
             except WireError as exc:
                 log.error("%s: batch %d cannot be encoded (%s); dropped", self.actor_id, seq, exc)
                 self._counts.add("dropped")
                 continue
+            if bad:  # the learner would refuse it, and never acknowledge it
+                log.error("%s: batch %d holds NaN or inf in %s; dropped, not sent", self.actor_id, seq, bad)
+                self._counts.add("dropped")
+                self._counts.add("non_finite")
+                continue
+            rows = PackedDims.parse(meta["dims"]).rows
             key = (self.stream, seq)
             if self._in_memory < self._max_inflight:
                 path = self._journal(key, frames) if self._write_ahead else None
                 self._entries[key] = _Entry(self.stream, seq, frames, path)
                 self._in_memory += 1
-                self._numbered(seq, len(batch))
+                self._numbered(seq, rows)
                 continue
             if self._spool is not None:
                 try:
                     path = self._spool.write(f"{self.stream}-{seq:016d}", frames)
                     self._entries[key] = _Entry(self.stream, seq, None, path)
                     self._counts.add("spooled")
-                    self._numbered(seq, len(batch))
+                    self._numbered(seq, rows)
                     continue
                 except (SpoolFullError, OSError) as exc:
                     self._dropped(seq, f"memory and spool full ({exc})")
                     continue
             self._dropped(seq, "memory full and no spool")
 
-    def _take_group(self) -> TransitionBatch:
-        """The oldest queued batch, joined with those queued behind it while they fit in one
-        message of ``coalesce_bytes`` (same dimensions and cameras): a backlog travels in few
-        messages, each numbered, spooled and acknowledged once, instead of one per batch. A
-        joined batch holding NaN or inf is taken apart again: its batches go alone, so only the
-        one at fault is dropped."""
-        first = self._handoff.popleft()
+    def _take_message(self) -> tuple[Message, list[str]]:
+        """The oldest queued batch as a message (sequence number 0), joined with those queued
+        behind it while they fit in one message of ``coalesce_bytes`` (same dimensions and
+        cameras), and the fields in it that hold NaN or infinity: a backlog travels in few
+        messages, each numbered, spooled and acknowledged once, instead of one per batch. Joined
+        batches that hold NaN or inf, or do not encode, are taken apart again: they go alone, so
+        only the one at fault is dropped."""
+        group = [self._handoff.popleft()]
         if self._alone:
             self._alone -= 1
-            return first
-        group, size = [first], first.nbytes
-        while self._handoff and self._coalesce_bytes:
-            nxt = self._handoff[0]
-            size += nxt.nbytes
-            if size > self._coalesce_bytes or not _joinable(first, nxt):
-                break
-            group.append(self._handoff.popleft())
-        if len(group) == 1:
-            return first
-        joined = TransitionBatch.concat(group)
-        if joined.non_finite():
+        elif self._coalesce_bytes:
+            size = group[0].nbytes
+            while self._handoff:
+                nxt = self._handoff[0]
+                size += nxt.nbytes
+                if size > self._coalesce_bytes or not _joinable(group[0], nxt):
+                    break
+                group.append(self._handoff.popleft())
+        if len(group) > 1:
+            try:
+                plain = joined_batches_to_message(group, 0)
+                if not packed_non_finite(plain):
+                    self._counts.add("joined", len(group) - 1)
+                    return plain, []
+            except WireError:
+                pass
             self._handoff.extendleft(reversed(group[1:]))
             self._alone = len(group) - 1
-            return first
-        self._counts.add("joined", len(group) - 1)
-        return joined
+        plain = joined_batches_to_message(group[:1], 0)
+        return plain, packed_non_finite(plain)
 
     def _dropped(self, seq: int, why: str) -> None:
         """A numbered batch given up: counted (pings tell the learner's ledger), logged sparingly."""

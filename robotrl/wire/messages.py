@@ -9,7 +9,7 @@ and raises :class:`~robotrl.wire.codec.WireError` with reason ``schema``,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -32,17 +32,38 @@ _COLUMNS = "columns"
 def transition_batch_to_message(batch: TransitionBatch, seq: int) -> Message:
     """The wire form of ``batch``, sequence number ``seq`` in its actor's stream: the plain arrays
     packed into one ``columns`` frame (:mod:`robotrl.wire.packed_columns`), one frame per image array."""
-    dims = PackedDims(len(batch), len(batch.next_rows), batch.state.shape[1], batch.action.shape[1])
-    arrays: dict[str, npt.NDArray[Any]] = {_COLUMNS: layout(dims).pack(batch)}
-    arrays.update({_IMG + cam: img for cam, img in batch.images.items()})
-    arrays.update({_NEXT_IMG + cam: img for cam, img in batch.next_images.items()})
+    return joined_batches_to_message((batch,), seq)
+
+
+def joined_batches_to_message(batches: Sequence[TransitionBatch], seq: int) -> Message:
+    """The wire form of ``batches`` (one actor's, the same dimensions and cameras) as one batch,
+    rows in order: each field copied once, straight into its frame. :class:`WireError` ``encode``
+    for batches that do not join."""
+    first = batches[0]
+    if len(batches) == 1:
+        joined, instructions, next_rows = None, first.instructions, len(first.next_rows)
+    else:
+        try:
+            joined = TransitionBatch.joined_indices(batches)
+        except ValueError as exc:
+            raise WireError("encode", str(exc)) from exc
+        instructions, next_rows = joined.instructions, len(joined.next_rows)
+    rows = sum(len(b) for b in batches)
+    dims = PackedDims(rows, next_rows, first.state.shape[1], first.action.shape[1])
+    arrays: dict[str, npt.NDArray[Any]] = {_COLUMNS: layout(dims).pack(batches, joined)}
+    for prefix, images in ((_IMG, "images"), (_NEXT_IMG, "next_images")):
+        for cam in getattr(first, images):
+            frames = [getattr(b, images)[cam] for b in batches]
+            arrays[prefix + cam] = frames[0] if len(frames) == 1 else np.concatenate(frames)
     return Message(
-        TRANSITIONS,
-        batch.actor_id,
-        seq,
-        arrays,
-        {"instructions": list(batch.instructions), "dims": list(dims)},
+        TRANSITIONS, first.actor_id, seq, arrays, {"instructions": list(instructions), "dims": list(dims)}
     )
+
+
+def packed_non_finite(message: Message) -> list[str]:
+    """The fields of a :func:`joined_batches_to_message` message that must be finite and are not
+    (the learner would refuse it)."""
+    return layout(PackedDims.parse(message.meta.get("dims"))).non_finite(message.arrays[_COLUMNS])
 
 
 def message_to_transition_batch(message: Message) -> TransitionBatch:

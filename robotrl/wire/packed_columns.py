@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
@@ -27,9 +28,10 @@ from robotrl.core.columns import ARRAY_COLUMNS, Shape
 from robotrl.wire.codec import WireError
 
 if TYPE_CHECKING:
-    from robotrl.core.batch import TransitionBatch
+    from robotrl.core.batch import JoinedIndices, TransitionBatch
 
 _MAX_DIM: Final = 2**31 - 1
+_DTYPE: Final = attrgetter("dtype")
 
 
 class PackedDims(NamedTuple):
@@ -101,16 +103,40 @@ class Layout:
     names: tuple[str, ...]  # every field in frame order
     dtypes: tuple[np.dtype[Any], ...]  # and its dtype
 
-    def pack(self, batch: TransitionBatch) -> npt.NDArray[np.uint8]:
-        """One read-only frame holding the plain fields of ``batch`` (shaped as this layout says)."""
-        parts: tuple[npt.NDArray[Any], ...] = attrgetter(*self.names)(batch)
-        joined = _join(parts) if tuple(part.dtype for part in parts) == self.dtypes else None
-        if joined is None:  # an odd dtype, byte order or stride: cast or copy those first
-            ready = zip(parts, self.dtypes, self.names, strict=True)
-            joined = b"".join([_wire_ready(part, dtype, name) for part, dtype, name in ready])
-        if len(joined) != self.nbytes:
-            raise WireError("encode", f"packed columns hold {len(joined)} bytes, the layout {self.nbytes}")
-        return np.frombuffer(joined, np.uint8)
+    def pack(
+        self, batches: Sequence[TransitionBatch], joined: JoinedIndices | None = None
+    ) -> npt.NDArray[np.uint8]:
+        """One read-only frame holding the plain fields of ``batches`` end to end (one copy, shaped
+        as this layout says); ``joined``: their index fields renumbered, for more than one."""
+        if joined is None:
+            (batch,) = batches
+            parts: Sequence[npt.NDArray[Any]] = attrgetter(*self.names)(batch)
+            dtypes: Sequence[np.dtype[Any]] = self.dtypes
+            names: Sequence[str] = self.names
+        else:
+            renumbered = joined._asdict()
+            parts, dtypes, names = [], [], []
+            for name, dtype in zip(self.names, self.dtypes, strict=True):
+                field = [renumbered[name]] if name in renumbered else [getattr(b, name) for b in batches]
+                parts += field
+                dtypes += [dtype] * len(field)
+                names += [name] * len(field)
+        frame = _join(parts) if tuple(map(_DTYPE, parts)) == tuple(dtypes) else None
+        if frame is None:  # an odd dtype, byte order or stride: cast or copy those first
+            ready = zip(parts, dtypes, names, strict=True)
+            frame = b"".join([_wire_ready(part, dtype, name) for part, dtype, name in ready])
+        if len(frame) != self.nbytes:
+            raise WireError("encode", f"packed columns hold {len(frame)} bytes, the layout {self.nbytes}")
+        return np.frombuffer(frame, np.uint8)
+
+    def non_finite(self, frame: npt.NDArray[np.uint8]) -> list[str]:
+        """The fields of a packed ``frame`` that must be finite and hold NaN or infinity."""
+        bad: list[str] = []
+        for section in self.sections:
+            typed = frame[section.span].view(section.dtype)
+            if section.finite and not np.isfinite(typed[section.finite]).all():
+                bad += _non_finite(section, typed)
+        return bad
 
     def unpack(self, frame: npt.NDArray[np.uint8]) -> dict[str, npt.NDArray[Any]]:
         """Every field as a view of ``frame``, after checking its length, its booleans and its
@@ -135,7 +161,7 @@ class Layout:
         return fields
 
 
-def _join(parts: tuple[npt.NDArray[Any], ...]) -> bytes | None:
+def _join(parts: Sequence[npt.NDArray[Any]]) -> bytes | None:
     """The bytes of ``parts`` back to back (arrays are buffers: one copy, no view made of each),
     or None when one is not C-contiguous."""
     try:

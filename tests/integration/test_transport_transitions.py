@@ -370,12 +370,18 @@ def test_batches_queued_behind_one_another_go_out_joined_in_order(tmp_path):
     np.testing.assert_array_equal(np.concatenate([b.state[:, 0] for b in taken]), np.repeat(np.arange(10), 4))
 
 
-def test_a_joined_batch_with_nan_goes_apart_and_only_the_batch_at_fault_is_dropped(tmp_path):
+@pytest.mark.parametrize(
+    ("fault", "field", "value", "non_finite"),
+    [("nan", "reward", np.full(4, np.nan, np.float32), 1), ("not encodable", "tick", np.full(4, 0.5), 0)],
+)
+def test_a_joined_batch_with_a_bad_one_goes_apart_and_only_the_batch_at_fault_is_dropped(
+    tmp_path, fault, field, value, non_finite
+):
     batches = [small_batch("actor-0", i) for i in range(10)]
-    batches[5] = dataclasses.replace(batches[5], reward=np.full(4, np.nan, np.float32))
+    batches[5] = dataclasses.replace(batches[5], **{field: value})
     taken, stats = _queued_behind_a_learner_away(tmp_path, batches, rows=36)
-    assert [len(b) for b in taken] == [4] * 9  # after the NaN, each went alone
-    assert stats["non_finite"] == 1 and stats["dropped"] == 1 and stats.get("joined", 0) == 0
+    assert [len(b) for b in taken] == [4] * 9, fault  # after the bad one, each went alone
+    assert stats.get("non_finite", 0) == non_finite and stats["dropped"] == 1 and stats.get("joined", 0) == 0
     ticks = np.concatenate([b.tick for b in taken])
     np.testing.assert_array_equal(ticks, [t for t in range(40) if not 20 <= t < 24])
 

@@ -13,7 +13,9 @@ from robotrl.core.columns import COLUMNS, Shape
 from robotrl.core.types import WeightUpdate, weights_digest
 from robotrl.wire.codec import Message, WireError, decode, encode
 from robotrl.wire.messages import (
+    joined_batches_to_message,
     message_to_transition_batch,
+    packed_non_finite,
     message_to_weight_update,
     transition_batch_to_message,
     weight_update_to_message,
@@ -137,18 +139,20 @@ def test_a_packed_batch_with_nan_or_bad_indices_or_bool_bytes_is_refused():
     assert _reason(_with(message, {**message.arrays, "columns": frame})) == "dtype"
 
 
-def test_a_batch_names_its_fields_that_are_not_finite():
+def test_a_packed_message_names_its_fields_that_are_not_finite():
     batch = _small_batch()
-    reward = batch.reward.copy()
-    reward[1] = np.nan
-    assert dataclasses.replace(batch, reward=reward).non_finite() == ["reward"]
-    assert batch.non_finite() == []
+    reward, next_state = batch.reward.copy(), batch.next_state.copy()
+    reward[1], next_state[0, 3] = np.nan, -np.inf
+    bad = dataclasses.replace(batch, reward=reward, next_state=next_state)
+    assert sorted(packed_non_finite(transition_batch_to_message(bad, 0))) == ["next_state", "reward"]
+    assert packed_non_finite(joined_batches_to_message([batch, bad], 0)) == ["reward", "next_state"]
+    assert packed_non_finite(joined_batches_to_message([batch, batch], 0)) == []
 
 
 def test_batches_join_in_order_with_their_instructions_and_next_observations():
     one = TransitionBatch.from_transitions(make_transitions(3, ("front",), np.random.default_rng(4)))
     two = dataclasses.replace(_small_batch(), instructions=("other", "pick the cube"))
-    joined = TransitionBatch.concat([one, two, one])
+    joined = message_to_transition_batch(over_the_wire(joined_batches_to_message([one, two, one], 0)))
     assert len(joined) == 3 + 4 + 3
     np.testing.assert_array_equal(joined.state, np.concatenate([one.state, two.state, one.state]))
     np.testing.assert_array_equal(joined.next_rows, [2, 6, 9])
@@ -159,8 +163,8 @@ def test_batches_join_in_order_with_their_instructions_and_next_observations():
     want = [*one.to_transitions(), *two.to_transitions(), *one.to_transitions()]
     assert [t.observation.instruction for t in rows] == [t.observation.instruction for t in want]
     np.testing.assert_array_equal(joined.images["front"][3:7], two.images["front"])
-    with pytest.raises(ValueError, match="one actor"):
-        TransitionBatch.concat([one, dataclasses.replace(one, actor_id="other")])
+    with pytest.raises(WireError, match="one actor"):
+        joined_batches_to_message([one, dataclasses.replace(one, actor_id="other")], 0)
 
 
 def test_packing_casts_within_a_kind_and_refuses_across_kinds():
@@ -172,6 +176,11 @@ def test_packing_casts_within_a_kind_and_refuses_across_kinds():
     strided = dataclasses.replace(batch, state=np.asfortranarray(batch.state))
     received = message_to_transition_batch(over_the_wire(transition_batch_to_message(strided, seq=0)))
     np.testing.assert_array_equal(received.state, batch.state)
+    received = message_to_transition_batch(
+        over_the_wire(joined_batches_to_message([batch, wide, strided], 0))
+    )
+    np.testing.assert_array_equal(received.state, np.concatenate([batch.state] * 3))
+    np.testing.assert_array_equal(received.tick, np.concatenate([batch.tick] * 3))
     with pytest.raises(WireError) as info:
         transition_batch_to_message(dataclasses.replace(batch, tick=batch.tick.astype(np.float64)), seq=0)
     assert info.value.reason == "encode"
