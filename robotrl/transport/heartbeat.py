@@ -7,6 +7,7 @@ clock so the rule is tested exactly, without sleeping.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -42,6 +43,10 @@ class Liveness:
             self._next_beat = t + self.period_s
             return True
         return False
+
+    def ms_to_beat(self) -> int:
+        """Milliseconds until our next heartbeat is due (0: due now), rounded up."""
+        return max(0, math.ceil((self._next_beat - self.now()) * 1000)) if self._next_beat > -math.inf else 0
 
     def forget(self) -> None:
         """Start over, e.g. after rebuilding the socket: the peer is unknown again."""

@@ -403,6 +403,12 @@ class LinkClient:
         if not self._thread.is_alive():
             self._waker.close()
 
+    def _wait_ms(self) -> int:
+        """How long the next poll may wait: the handler's wait, cut short by this link's own
+        heartbeat (the first one included: hand-offs taken before the first poll must not keep
+        the ping back until the poll ends)."""
+        return min(self._handler.wait_ms(), self.live.ms_to_beat())
+
     def _connect(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
         sock = client_socket(ctx, zmq.DEALER, self._keys, self._limits)
         sock.connect(self.endpoint)
@@ -420,7 +426,7 @@ class LinkClient:
         try:
             while not self._stop.is_set():
                 handler.before_poll()
-                if poll(handler.wait_ms):
+                if poll(self._wait_ms):
                     self._receive(sock)
                 if self.live.beat_due():
                     handler.beat()

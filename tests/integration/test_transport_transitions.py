@@ -309,6 +309,32 @@ def test_ipc_endpoints_work_like_tcp(tmp_path):
     assert [q for _, _, q in got] == [0, 1, 2]
 
 
+def test_batches_handed_over_before_the_first_poll_do_not_hold_the_first_ping_back(monkeypatch):
+    """The sender's first ping went out after its first poll: batches handed over before that poll
+    (the I/O thread still starting) were taken at once, so nothing woke the poll, and with the
+    idle poll at a minute the learner first heard of the actor a minute later. The poll now ends
+    when the heartbeat falls due (seen under load: ``make test`` beside a training run)."""
+    monkeypatch.setattr("robotrl.transport.transitions.POLL_MS", 60_000)
+    handed_over = threading.Event()
+    start = TransitionSender.on_start
+
+    def start_after_the_hand_over(self: TransitionSender) -> None:
+        handed_over.wait(10)
+        start(self)
+
+    monkeypatch.setattr(TransitionSender, "on_start", start_after_the_hand_over)
+    rx = receiver()
+    tx = sender(rx.endpoint, "actor-0")
+    try:
+        assert all(tx.send(small_batch("actor-0", i)) for i in range(3))
+        handed_over.set()
+        got = drain(rx, lambda got: len(got) == 3, 30)
+    finally:
+        tx.close()
+        rx.close()
+    assert sorted(seq for _, _, seq in got) == [0, 1, 2]
+
+
 def test_batches_and_acks_flow_without_waiting_for_a_poll_to_time_out(monkeypatch):
     """Work handed to a link's I/O thread wakes it: with the loops' idle poll at a minute, a sender
     whose window holds two batches still gets forty through, each ack let out the moment the

@@ -15,8 +15,8 @@ from robotrl.wire.codec import Message, WireError, decode, encode
 from robotrl.wire.messages import (
     joined_batches_to_message,
     message_to_transition_batch,
-    packed_non_finite,
     message_to_weight_update,
+    packed_non_finite,
     transition_batch_to_message,
     weight_update_to_message,
 )

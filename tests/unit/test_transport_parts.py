@@ -83,6 +83,19 @@ def test_peer_is_dead_after_the_timeout_and_heartbeats_are_due_each_period():
         Liveness(1.0, 1.0, clock.now)
 
 
+def test_a_poll_may_wait_only_until_the_next_heartbeat():
+    clock = VirtualClock()
+    live = Liveness(1.0, 3.0, clock.now)
+    assert live.ms_to_beat() == 0  # the first beat is due at once
+    assert live.beat_due()
+    clock.advance(0.2495)
+    assert live.ms_to_beat() == 751  # rounded up: a poll never ends before the beat is due
+    clock.advance(2.0)
+    assert live.ms_to_beat() == 0
+    live.forget()
+    assert live.ms_to_beat() == 0
+
+
 def test_spool_round_trips_frames_and_keeps_its_budget(tmp_path):
     message = Message("ping", "a", 3, {"x": np.arange(10, dtype=np.float32)}, {"stream": "s"})
     probe = Spool(tmp_path / "probe", max_bytes=1 << 20)

@@ -139,6 +139,7 @@ def test_a_full_shm_is_an_os_error_and_no_segment_not_a_crash(pool, monkeypatch)
     monkeypatch.setattr(os, "posix_fallocate", full)
     before = set(SEGMENT_DIR.glob(f"robotrl-weights-{os.getpid()}-*"))  # other tests' pools' files
     assert pool.reuse(1, TENSORS) is None and pool.fresh(TENSORS) is None
+    pool.close()  # after the spare maker reuse started, which fails too (it lay mid-failure once, under load)
     assert set(SEGMENT_DIR.glob(f"robotrl-weights-{os.getpid()}-*")) <= before  # none left behind
 
 
