@@ -46,8 +46,7 @@ class Liveness:
 
     def ms_to_beat(self) -> int:
         """Milliseconds until our next heartbeat is due (0: due now), rounded up."""
-        wait_s = self._next_beat - self.now()  # -inf before the first beat
-        return math.ceil(wait_s * 1000) if wait_s > 0 else 0
+        return max(0, math.ceil((self._next_beat - self.now()) * 1000)) if self._next_beat > -math.inf else 0
 
     def forget(self) -> None:
         """Start over, e.g. after rebuilding the socket: the peer is unknown again."""
