@@ -76,6 +76,7 @@ class _Entry:
     seq: int
     frames: list[Frame] | None  # None while it lives only in the spool
     path: Path | None
+    batches: int  # the batches handed to ``send`` that it joins
     sent_at: float | None = None
 
 
@@ -138,6 +139,7 @@ class TransitionSender:
         self._entries: collections.OrderedDict[tuple[str, int], _Entry] = collections.OrderedDict()
         self._in_memory = 0
         self._next_seq = 0
+        self._dropped_seqs = 0  # numbered, then given up: what pings tell the learner's ledger
         self._numbering = False
         self._learner_session: str | None = None
         self._fenced = threading.Event()
@@ -192,6 +194,9 @@ class TransitionSender:
         return len(self._handoff) + len(self._entries)
 
     def stats(self) -> dict[str, Any]:
+        """Counters of batches as ``send`` took them (a joined message counts each batch it
+        holds; all acknowledged: ``acked == queued``), but ``sent`` and ``resent``, which count
+        messages; ``joined``: batches that travelled inside an earlier one's message."""
         out: dict[str, Any] = self._counts.snapshot()
         out["unacked"] = len(self._entries)
         out["learner_alive"] = self._live.alive()
@@ -227,12 +232,13 @@ class TransitionSender:
             if loaded is None:
                 continue
             _, message = loaded
-            stream = message.meta.get("stream")
+            stream, batches = message.meta.get("stream"), message.meta.get("batches", 1)
             if message.kind != TRANSITIONS or message.sender != self.actor_id or not isinstance(stream, str):
                 log.warning("spool: %s is not a transition batch of %s; dropped", path, self.actor_id)
                 self._spool.remove(path)
                 continue
-            self._entries[(stream, message.seq)] = _Entry(stream, message.seq, None, path)
+            batches = batches if isinstance(batches, int) and batches > 0 else 1
+            self._entries[(stream, message.seq)] = _Entry(stream, message.seq, None, path, batches)
         if self._entries:
             log.info("%s: %d spooled batches from earlier runs to send", self.actor_id, len(self._entries))
 
@@ -255,7 +261,7 @@ class TransitionSender:
             self.actor_id,
             stream=self.stream,
             next=self._next_seq,
-            dropped=self._counts.snapshot()["dropped"],
+            dropped=self._dropped_seqs,
         )
         self._link.send(encode(ping))  # not connected yet: the missing pong tells us so
 
@@ -333,44 +339,43 @@ class TransitionSender:
                 return
             seq = self._next_seq
             self._next_seq += 1
+            batches = 1  # a joined message that does not encode comes back apart
             try:
-                plain, bad = self._take_message()
-                meta = {**plain.meta, "stream": self.stream}
+                plain, bad, batches = self._take_message()
+                meta = {**plain.meta, "stream": self.stream, "batches": batches}
                 frames = encode(Message(plain.kind, plain.sender, seq, plain.arrays, meta))
             except WireError as exc:
-                log.error("%s: batch %d cannot be encoded (%s); dropped", self.actor_id, seq, exc)
-                self._counts.add("dropped")
+                self._dropped(seq, batches, f"cannot be encoded ({exc}); dropped", loudly=True)
                 continue
             if bad:  # the learner would refuse it, and never acknowledge it
-                log.error("%s: batch %d holds NaN or inf in %s; dropped, not sent", self.actor_id, seq, bad)
-                self._counts.add("dropped")
+                self._dropped(seq, 1, f"holds NaN or inf in {bad}; dropped, not sent", loudly=True)
                 self._counts.add("non_finite")
                 continue
             rows = PackedDims.parse(meta["dims"]).rows
             key = (self.stream, seq)
             if self._in_memory < self._max_inflight:
-                path = self._journal(key, frames) if self._write_ahead else None
-                self._entries[key] = _Entry(self.stream, seq, frames, path)
+                path = self._journal(key, frames, batches) if self._write_ahead else None
+                self._entries[key] = _Entry(self.stream, seq, frames, path, batches)
                 self._in_memory += 1
                 self._numbered(seq, rows)
                 continue
             if self._spool is not None:
                 try:
                     path = self._spool.write(f"{self.stream}-{seq:016d}", frames)
-                    self._entries[key] = _Entry(self.stream, seq, None, path)
-                    self._counts.add("spooled")
+                    self._entries[key] = _Entry(self.stream, seq, None, path, batches)
+                    self._counts.add("spooled", batches)
                     self._numbered(seq, rows)
                     continue
                 except (SpoolFullError, OSError) as exc:
-                    self._dropped(seq, f"memory and spool full ({exc})")
+                    self._dropped(seq, batches, f"memory and spool full ({exc})")
                     continue
-            self._dropped(seq, "memory full and no spool")
+            self._dropped(seq, batches, "memory full and no spool")
 
-    def _take_message(self) -> tuple[Message, list[str]]:
+    def _take_message(self) -> tuple[Message, list[str], int]:
         """The oldest queued batch as a message (sequence number 0), joined with those queued
         behind it while they fit in one message of ``coalesce_bytes`` (same dimensions and
-        cameras), and the fields in it that hold NaN or infinity: a backlog travels in few
-        messages, each numbered, spooled and acknowledged once, instead of one per batch. Joined
+        cameras), the fields in it that hold NaN or infinity, and how many batches it joins: a
+        backlog travels in few messages, each numbered, spooled and acknowledged once. Joined
         batches that hold NaN or inf, or do not encode, are taken apart again: they go alone, so
         only the one at fault is dropped."""
         group = [self._handoff.popleft()]
@@ -389,18 +394,23 @@ class TransitionSender:
                 plain = joined_batches_to_message(group, 0)
                 if not packed_non_finite(plain):
                     self._counts.add("joined", len(group) - 1)
-                    return plain, []
+                    return plain, [], len(group)
             except WireError:
                 pass
             self._handoff.extendleft(reversed(group[1:]))
             self._alone = len(group) - 1
         plain = joined_batches_to_message(group[:1], 0)
-        return plain, packed_non_finite(plain)
+        return plain, packed_non_finite(plain), 1
 
-    def _dropped(self, seq: int, why: str) -> None:
-        """A numbered batch given up: counted (pings tell the learner's ledger), logged sparingly."""
-        self._counts.add("dropped")
-        self._drops.event("%s: batch %d dropped, %s", self.actor_id, seq, why)
+    def _dropped(self, seq: int, batches: int, why: str, loudly: bool = False) -> None:
+        """A numbered message given up: counted (pings tell the learner's ledger), logged
+        sparingly, or each time (``loudly``) when the batch itself is at fault."""
+        self._dropped_seqs += 1
+        self._counts.add("dropped", batches)
+        if loudly:
+            log.error("%s: batch %d %s", self.actor_id, seq, why)
+        else:
+            self._drops.event("%s: batch %d dropped, %s", self.actor_id, seq, why)
 
     def _numbered(self, seq: int, rows: int) -> None:
         if self._on_numbered is None:
@@ -410,14 +420,14 @@ class TransitionSender:
         except Exception:  # an audit hook must not stop the transport
             log.exception("%s: on_numbered failed for batch %d", self.actor_id, seq)
 
-    def _journal(self, key: tuple[str, int], frames: list[Frame]) -> Path | None:
+    def _journal(self, key: tuple[str, int], frames: list[Frame], batches: int) -> Path | None:
         """Write-ahead copy of an in-memory batch, so a restarted actor resends it; None when
         the spool refuses (the batch is then kept in memory only, and counted)."""
         assert self._spool is not None
         try:
             return self._spool.write(f"{key[0]}-{key[1]:016d}", frames)
         except (SpoolFullError, OSError) as exc:
-            self._counts.add("unjournaled")
+            self._counts.add("unjournaled", batches)
             n = self._counts.snapshot()["unjournaled"]
             if n <= 5 or n % 100 == 0:
                 log.warning("%s: batch %d kept in memory only (%s, #%d)", self.actor_id, key[1], exc, n)
@@ -449,7 +459,7 @@ class TransitionSender:
                     self._in_memory -= 1
                 if entry.path is not None and self._spool is not None:
                     self._spool.remove(entry.path)
-                self._counts.add("acked")
+                self._counts.add("acked", entry.batches)
                 del self._entries[key]  # last: flush() sees an empty ledger only once it is counted
 
     def _mark_all_unsent(self) -> None:
@@ -471,7 +481,8 @@ class TransitionSender:
                 loaded = self._spool.load(entry.path)
                 if loaded is None:
                     self._entries.pop((entry.stream, entry.seq))
-                    self._counts.add("dropped")
+                    self._counts.add("dropped", entry.batches)  # the spool logged why
+                    self._dropped_seqs += entry.stream == self.stream  # the ping speaks for this stream
                     return  # the dict changed under the loop; continue on the next pass
                 frames = list(loaded[0])
             if not self._link.send(frames, copy=False):

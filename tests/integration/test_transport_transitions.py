@@ -183,6 +183,29 @@ def test_spool_left_by_a_dead_actor_is_sent_by_its_next_life(tmp_path):
     assert sorted(q for _, s, q in got if s == first.stream) == [1, 2, 3, 4]
 
 
+def test_a_joined_batch_a_dead_actor_spooled_counts_each_of_its_batches_once_acknowledged(tmp_path):
+    endpoint = free_endpoint()  # nobody listening: the learner is away
+    options = {"spool_dir": tmp_path, "max_inflight": 1, "write_ahead": True, "coalesce_bytes": 1 << 20}
+    first = sender(endpoint, "actor-0", **options)
+    assert first.send(small_batch("actor-0", 0))
+    wait_for(lambda: first.stats()["unacked"] == 1, 10, "the first batch to be numbered")
+    assert all(first.send(small_batch("actor-0", i)) for i in range(1, 10))
+    wait_for(lambda: first.stats()["spooled"] == 9, 10, "the nine queued behind it to be spooled joined")
+    first.close()
+    assert first.stats()["joined"] == 8 and len(list((tmp_path / "actor-0").glob("*.rrspool"))) == 2
+    second = sender(endpoint, "actor-0", **options)
+    rx = TransitionReceiver(endpoint, heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
+    try:
+        got = drain(rx, lambda got: len(got) >= 2, 30)
+        rx.commit()
+        assert second.flush(10)
+    finally:
+        rx.close()
+        second.close()
+    assert sorted(q for _, s, q in got if s == first.stream) == [0, 1]
+    assert second.stats()["acked"] == 10  # batches, as ``send`` took them: not the two messages
+
+
 def test_each_batch_is_reported_numbered_once_its_write_ahead_copy_is_on_disk(tmp_path):
     """What a crash audit counts as handed over (``on_numbered``) is what a next life resends:
     the soak bench adds what its audit file missed from the spool."""
@@ -390,7 +413,7 @@ def test_batches_queued_behind_one_another_go_out_joined_in_order(tmp_path):
     batches = [small_batch("actor-0", i) for i in range(10)]
     taken, stats = _queued_behind_a_learner_away(tmp_path, batches, rows=40)
     assert [len(b) for b in taken] == [4, 36]  # the first alone, the nine queued behind it in one
-    assert stats["joined"] == 8 and stats["sent"] == 2
+    assert stats["joined"] == 8 and stats["sent"] == 2 and stats["acked"] == stats["queued"] == 10
     ticks = np.concatenate([b.tick for b in taken])
     np.testing.assert_array_equal(ticks, np.arange(40))
     np.testing.assert_array_equal(np.concatenate([b.state[:, 0] for b in taken]), np.repeat(np.arange(10), 4))
