@@ -73,7 +73,8 @@ def actor_role(cfg: RobotRLConfig) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
         summary = run_episodes(cfg, sink=to_learner, title=actor_id, online=True, on_episode=report)
-        delivered = sender.flush(timeout_s=cfg.transport.peer_timeout_s * 2)
+        # A backlog (left by a learner outage) is delivered while the learner keeps acknowledging.
+        delivered = sender.flush(timeout_s=cfg.transport.peer_timeout_s * 2, while_acked=True)
     except ActorFencedError as exc:
         print(
             f"robotrl actor: fenced: {exc}; its batches are in the spool. Run one process per actor id.",

@@ -232,7 +232,7 @@ def to_learner(cfg: RobotRLConfig, episodes: list[Episode]) -> int:
             while not sender.send(stream):
                 sender.flush(timeout_s=1.0)  # the window is full: let acks come back
             sent, frames = sent + 1, frames + n
-        delivered = sender.flush(timeout_s=max(30.0, cfg.transport.peer_timeout_s * 4))
+        delivered = sender.flush(timeout_s=max(30.0, cfg.transport.peer_timeout_s * 4), while_acked=True)
     finally:
         sender.close()
     stats = sender.stats()

@@ -204,12 +204,18 @@ class TransitionSender:
         out["fenced"] = self._fenced.is_set()
         return out
 
-    def flush(self, timeout_s: float) -> bool:
+    def flush(self, timeout_s: float, *, while_acked: bool = False) -> bool:
         """Wait until every queued batch is acknowledged; False at the deadline, or once fenced
-        and every queued batch is numbered (and spooled, for the next start)."""
-        deadline = time.monotonic() + timeout_s
+        and every queued batch is numbered (and spooled, for the next start). ``while_acked``:
+        each acknowledgement moves the deadline to ``timeout_s`` from then, so a learner still
+        taking a backlog is waited for and one that stopped answering is not."""
+        deadline = self._clock() + timeout_s
+        acked = self._counts.snapshot()["acked"]
         while self._handoff or self._entries or self._numbering:
-            if time.monotonic() >= deadline or (self._fenced.is_set() and not self._handoff):
+            now = self._clock()  # before the count: an ack counted by now moves this deadline
+            if while_acked and (now_acked := self._counts.snapshot()["acked"]) != acked:
+                acked, deadline = now_acked, now + timeout_s
+            if now >= deadline or (self._fenced.is_set() and not self._handoff):
                 return False
             self._stop.wait(0.01)
         return True

@@ -214,8 +214,9 @@ def test_a_killed_learner_rank_restarts_the_learner_and_loses_no_transition(tmp_
     summaries = [json.loads((run / f"actor_actor-{i}_summary.json").read_text()) for i in (0, 1)]
     latest = (run / "checkpoints" / "latest").read_text()
     counters = json.loads((run / "checkpoints" / latest / "counters.json").read_text())
-    # Every row the actors sent is stored once: the killed session's from its journal.
-    assert counters["transitions"] == sum(s["ticks"] for s in summaries)
     log = (run / "logs" / "learner.log").read_text()
+    # Every row the actors sent is stored once: the killed session's from its journal.
+    why = f"{[s['transport'] for s in summaries]}, checkpoints {sorted(os.listdir(run / 'checkpoints'))}"
+    assert counters["transitions"] == sum(s["ticks"] for s in summaries), f"{why}\n{log[-6000:]}"
     assert "a collective with the other 1 rank(s) failed" in log, log[-4000:]  # rank 0 says why
     assert "rank      : 1" in log and "SIGKILL" in log, log[-4000:]  # torchrun names the rank that died

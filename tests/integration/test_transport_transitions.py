@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import zmq
 
+from robotrl.core.clock import VirtualClock
 from robotrl.transport import protocol as p
 from robotrl.transport.sockets import free_endpoint
 from robotrl.transport.transition_receiver import TransitionReceiver
@@ -356,6 +357,34 @@ def test_batches_handed_over_before_the_first_poll_do_not_hold_the_first_ping_ba
         tx.close()
         rx.close()
     assert sorted(seq for _, _, seq in got) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("while_acked", [True, False])
+def test_a_flush_waits_while_the_learner_keeps_acknowledging_and_not_once_it_stops(while_acked):
+    """Three batches acknowledged 0.9 s apart (on an injected clock): a flush of 1 s that each
+    acknowledgement extends delivers them all; one that is not extended gives up at 1 s."""
+    clock = VirtualClock()
+    rx = receiver()
+    tx = sender(rx.endpoint, "actor-0", clock=clock.now)
+    flushed: list[bool] = []
+    flushing = threading.Thread(target=lambda: flushed.append(tx.flush(1.0, while_acked=while_acked)))
+    try:
+        # pings go out on the injected clock: move it until one is answered
+        wait_for(lambda: clock.advance(HEARTBEAT_S) or tx.stats()["learner_alive"], 10, "the learner")
+        for i in range(3):
+            assert tx.send(small_batch("actor-0", i))
+        wait_for(lambda: tx.stats()["unacked"] == 3, 10, "the three batches to be numbered")
+        flushing.start()
+        for acked in range(3):
+            assert rx.recv_item(10) is not None  # acknowledges the one before
+            wait_for(lambda n=acked: tx.stats()["acked"] == n, 10, f"{acked} acknowledged")
+            clock.advance(0.9)
+        rx.commit()
+        flushing.join(10)
+    finally:
+        tx.close()
+        rx.close()
+    assert flushed == [while_acked]
 
 
 def test_batches_and_acks_flow_without_waiting_for_a_poll_to_time_out(monkeypatch):
