@@ -138,6 +138,7 @@ class TransitionSender:
         self._handoff: collections.deque[TransitionBatch] = collections.deque()
         self._entries: collections.OrderedDict[tuple[str, int], _Entry] = collections.OrderedDict()
         self._in_memory = 0
+        self._unacked = 0  # batches in the entries (a joined message holds several)
         self._next_seq = 0
         self._dropped_seqs = 0  # numbered, then given up: what pings tell the learner's ledger
         self._numbering = False
@@ -191,14 +192,14 @@ class TransitionSender:
     def backlog(self) -> int:
         """Batches queued or awaiting their ack: a producer that may run ahead of the link
         (a benchmark, a replay) keeps this bounded; the control loop just calls ``send``."""
-        return len(self._handoff) + len(self._entries)
+        return len(self._handoff) + self._unacked
 
     def stats(self) -> dict[str, Any]:
         """Counters of batches as ``send`` took them (a joined message counts each batch it
         holds; all acknowledged: ``acked == queued``), but ``sent`` and ``resent``, which count
         messages; ``joined``: batches that travelled inside an earlier one's message."""
         out: dict[str, Any] = self._counts.snapshot()
-        out["unacked"] = len(self._entries)
+        out["unacked"] = self._unacked
         out["learner_alive"] = self._live.alive()
         out["stream"] = self.stream
         out["fenced"] = self._fenced.is_set()
@@ -244,7 +245,7 @@ class TransitionSender:
                 self._spool.remove(path)
                 continue
             batches = batches if isinstance(batches, int) and batches > 0 else 1
-            self._entries[(stream, message.seq)] = _Entry(stream, message.seq, None, path, batches)
+            self._keep(_Entry(stream, message.seq, None, path, batches))
         if self._entries:
             log.info("%s: %d spooled batches from earlier runs to send", self.actor_id, len(self._entries))
 
@@ -361,14 +362,14 @@ class TransitionSender:
             key = (self.stream, seq)
             if self._in_memory < self._max_inflight:
                 path = self._journal(key, frames, batches) if self._write_ahead else None
-                self._entries[key] = _Entry(self.stream, seq, frames, path, batches)
+                self._keep(_Entry(self.stream, seq, frames, path, batches))
                 self._in_memory += 1
                 self._numbered(seq, rows)
                 continue
             if self._spool is not None:
                 try:
                     path = self._spool.write(f"{self.stream}-{seq:016d}", frames)
-                    self._entries[key] = _Entry(self.stream, seq, None, path, batches)
+                    self._keep(_Entry(self.stream, seq, None, path, batches))
                     self._counts.add("spooled", batches)
                     self._numbered(seq, rows)
                     continue
@@ -448,7 +449,7 @@ class TransitionSender:
                     "%s: learner restarted (session %s); resending %d unacked batches",
                     self.actor_id,
                     session,
-                    len(self._entries),
+                    self._unacked,
                 )
             self._learner_session = session
             self._mark_all_unsent()
@@ -466,7 +467,15 @@ class TransitionSender:
                 if entry.path is not None and self._spool is not None:
                     self._spool.remove(entry.path)
                 self._counts.add("acked", entry.batches)
-                del self._entries[key]  # last: flush() sees an empty ledger only once it is counted
+                self._forget(entry)  # last: flush() sees an empty ledger only once it is counted
+
+    def _keep(self, entry: _Entry) -> None:
+        self._entries[(entry.stream, entry.seq)] = entry
+        self._unacked += entry.batches
+
+    def _forget(self, entry: _Entry) -> None:
+        del self._entries[(entry.stream, entry.seq)]
+        self._unacked -= entry.batches
 
     def _mark_all_unsent(self) -> None:
         for entry in self._entries.values():
@@ -486,7 +495,7 @@ class TransitionSender:
                 assert self._spool is not None and entry.path is not None
                 loaded = self._spool.load(entry.path)
                 if loaded is None:
-                    self._entries.pop((entry.stream, entry.seq))
+                    self._forget(entry)
                     self._counts.add("dropped", entry.batches)  # the spool logged why
                     self._dropped_seqs += entry.stream == self.stream  # the ping speaks for this stream
                     return  # the dict changed under the loop; continue on the next pass

@@ -193,7 +193,8 @@ def test_a_joined_batch_a_dead_actor_spooled_counts_each_of_its_batches_once_ack
     assert all(first.send(small_batch("actor-0", i)) for i in range(1, 10))
     wait_for(lambda: first.stats()["spooled"] == 9, 10, "the nine queued behind it to be spooled joined")
     first.close()
-    assert first.stats()["joined"] == 8 and len(list((tmp_path / "actor-0").glob("*.rrspool"))) == 2
+    assert first.stats()["joined"] == 8 and first.stats()["unacked"] == first.backlog() == 10
+    assert len(list((tmp_path / "actor-0").glob("*.rrspool"))) == 2
     second = sender(endpoint, "actor-0", **options)
     rx = TransitionReceiver(endpoint, heartbeat_s=HEARTBEAT_S, peer_timeout_s=TIMEOUT_S)
     try:
