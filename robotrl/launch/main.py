@@ -36,13 +36,16 @@ EXIT_INTERRUPTED = 130
 _PER_ACTOR_KEYS = ("actor.actor_id", "actor.seed")
 
 
-def role_command(role: str, overrides: Sequence[str], ranks: int = 1) -> list[str]:
+def role_command(role: str, overrides: Sequence[str], ranks: int = 1, logs: Path | None = None) -> list[str]:
     """The command line of one role (this interpreter, so no PATH lookup can pick another install);
-    with ``ranks`` above 1, its ranks under torchrun on this host (a free rendezvous port)."""
+    with ``ranks`` above 1, its ranks under torchrun on this host (a free rendezvous port), whose
+    own files go to ``logs`` (else torchrun leaves a folder in the system's temporary one per start)."""
     cli = ["-m", "robotrl.cli", role, *overrides]
     if ranks == 1:
         return [sys.executable, *cli]
     torchrun = ["-m", "robotrl.learner.torchrun", "--standalone", f"--nproc-per-node={ranks}"]
+    if logs is not None:
+        torchrun.append(f"--log-dir={logs}")
     return [sys.executable, *torchrun, *cli]
 
 
@@ -57,7 +60,9 @@ def build_specs(cfg: RobotRLConfig, overrides: Sequence[str]) -> list[RoleSpec]:
         specs.append(
             RoleSpec(
                 "learner",
-                role_command("learner", shared, cfg.launch.learner_ranks),
+                role_command(
+                    "learner", shared, cfg.launch.learner_ranks, logs=run_dir / run_folder.LOGS / "torchrun"
+                ),
                 run_folder.role_log(run_dir, "learner"),
                 learner_env,
             )

@@ -131,6 +131,7 @@ def test_launch_runs_learner_and_two_actors_and_weights_reach_the_actors(tmp_pat
     learner_log = (run / "logs" / "learner.log").read_text()
     assert (f"x {ranks} ranks" in learner_log) == (ranks > 1)
     assert ("rank 1: stopped after" in learner_log) == (ranks > 1)
+    assert (run / "logs" / "torchrun").is_dir() == (ranks > 1)  # torchrun's files, not in /tmp
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ def test_two_ranks_under_torchrun_train_the_budget_and_rank_zero_alone_writes(tm
         *("learner.learning_starts=16", "learner.log_every_groups=1", "learner.device=cpu"),
         *("learner.rapi.critic_warmup_updates=0", "learner.torch_threads=1", f"run_dir={run_dir}"),
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}  # torchrun leaves a folder there
     done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=240, env=env)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
@@ -68,7 +68,7 @@ def test_a_second_node_needs_no_run_folder_and_resumes_with_rank_zero(tmp_path: 
     assert main(["record", *SIM, "policy=expert", "record.episodes=2", f"record.output_dir={demos}"]) == 0
     elsewhere = tmp_path / "node1"
     elsewhere.mkdir()
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}  # torchrun leaves a folder there
     for groups in (3, 2):  # learner.max_groups: this session's groups
         port = _free_port()
         nowhere = ["learner.demos_path=/nonexistent/demos", "run_dir=/nonexistent/run"]
