@@ -206,6 +206,12 @@ def target_scene(cfg: RobotRLConfig) -> SceneConfig:
     return replace(cfg.env.scene, **(cfg.experiment.shift or {}))
 
 
+def eval_noise_scale(cfg: RobotRLConfig) -> float:
+    """The evaluations' inference temperature: ``experiment.eval_noise_scale``, else the policy's."""
+    scale = cfg.experiment.eval_noise_scale
+    return cfg.policy.noise_scale if scale is None else scale
+
+
 def vla_problems(cfg: RobotRLConfig) -> list[tuple[str, str]]:
     """A demo of a VLA runs it through the lerobot adapter, from cameras."""
     from robotrl.config.policy import PolicyKind

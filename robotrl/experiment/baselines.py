@@ -1,30 +1,35 @@
 """The demo's offline baselines, what a fine-tune must beat to count.
 
-- The **best offline policy**: behaviour cloning on the demonstrations, its pretraining budget
+- The **starting point**: behaviour cloning on the demonstrations, its pretraining budget
   chosen among the kept snapshots (``experiment.select_every``) by success on validation seeds
   in the deployment (target) condition, apart from every evaluation seed. Validation loss does
-  not track success here, so success chooses.
+  not track success here, so success chooses. The fine-tunes and the control start from it.
 - The **offline control**: that policy given a fine-tune's number of updates on the
   demonstrations alone (``learner.offline``): the learner's own BC update, the fine-tunes' learner
   settings, no online row, no takeover. What a fine-tune adds beyond it comes from online data.
+- The **best offline policy**: the best on the same validation seeds among the pretraining's
+  snapshots and the control's (``learner.snapshot_every_groups``), so that training offline for
+  longer, the control's way, never leaves the baseline short of what the demonstrations give.
 """
 
 from __future__ import annotations
 
 import functools
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from robotrl.config.env import TakeoverConfig
 from robotrl.config.learner import AlgorithmKind
 from robotrl.core import run_folder
-from robotrl.core.policy_snapshots import pretrain_snapshots
+from robotrl.core.policy_snapshots import pretrain_snapshots, read_policy_snapshots
+from robotrl.experiment.curve import export_snapshot, snapshot_identity
 from robotrl.experiment.parallel import Job
 from robotrl.experiment.steps import config_overrides, is_cached, ran_every_episode, robotrl, run_id, step_key
 
 if TYPE_CHECKING:
+    from robotrl.config.schema import RobotRLConfig
     from robotrl.experiment.demo import Demo
 
 BEST_OFFLINE = "best_offline"
@@ -36,7 +41,8 @@ CONTROL = "offline_control"
 
 @dataclass(frozen=True)
 class BestOffline:
-    """The chosen pretraining budget, its policy, and every candidate's validation success."""
+    """An offline policy chosen on the validation seeds: its pretraining budget and the offline
+    control's update groups on top (0: a pretraining snapshot), and every candidate's success."""
 
     steps: int
     policy: Path
@@ -44,6 +50,15 @@ class BestOffline:
     """The output folder of the step that made ``policy`` (its evaluation's input)."""
     validation: dict[int, float]
     """Pretraining steps -> success on the validation seeds (empty when nothing was validated)."""
+    control_groups: int = 0
+    """The offline control's update groups that made ``policy`` from the pretraining snapshot."""
+    control_validation: dict[int, float] = field(default_factory=dict)
+    """The offline control's update groups -> its snapshot's success on the validation seeds."""
+
+    def describe(self, updates_per_group: int) -> str:
+        """What made the policy: "BC, 12000 steps", or with the control's updates on top."""
+        more = f" + {self.control_groups * updates_per_group} control updates" if self.control_groups else ""
+        return f"BC, {self.steps} steps{more}"
 
 
 def candidates(demo: Demo) -> dict[int, Path]:
@@ -88,9 +103,52 @@ def choose_best_offline(demo: Demo) -> BestOffline:
     return BestOffline(best, found[best], made_by, rates)
 
 
+def control_snapshots(cfg: RobotRLConfig) -> int:
+    """The offline control's snapshots after group 0: every ``learner.snapshot_every_groups``
+    groups and the last."""
+    every = cfg.learner.snapshot_every_groups
+    return -(-cfg.experiment.update_groups // every) if every else 0
+
+
+def best_with_control(demo: Demo, start: BestOffline) -> BestOffline:
+    """Once the offline control has run from ``start``: its snapshots after group 0 (``start``
+    itself) validated on ``start``'s seeds, side by side and cached, and the best of them all;
+    among equal successes the pretraining snapshot, then the fewest groups. ``start`` as it is
+    when there is no control or nothing was validated (``experiment.select_every=0``)."""
+    run_dir = demo.finetune_dir(CONTROL)
+    snapshots = [s for s in read_policy_snapshots(run_dir) if s.group > 0]
+    if not demo.ex.offline_control or not start.validation or not snapshots:
+        return start
+    ex = demo.ex
+    whole = functools.partial(ran_every_episode, episodes=ex.validation_episodes)
+    jobs: dict[int, Job] = {}
+    for snapshot in snapshots:
+        out = demo.out / "validate" / f"control-group-{snapshot.group:06d}"
+        cfg = demo.evaluation_config(out / "policy", ex.validation_episodes, ex.validation_seed)
+        argv = robotrl("eval", *config_overrides(cfg, ["env", "policy", "actor"]), f"run_dir={out}")
+        inputs = snapshot_identity(run_dir, snapshot)
+        if not is_cached(out, step_key(argv, dict(inputs))):
+            weights = run_folder.snapshot_weights_path(run_dir, snapshot.group)
+            export_snapshot(start.policy, weights, out / "policy")
+        title = f"validate the offline control at group {snapshot.group} on {ex.validation_episodes} seeds"
+        jobs[snapshot.group] = Job(title, out, tuple(argv), inputs, complete=whole)
+    demo.side_by_side(list(jobs.values()), "validations of the offline control", "")
+    rates = {group: run_folder.read_eval_summary(job.out_dir)["success_rate"] for group, job in jobs.items()}
+    group = max(rates, key=lambda g: (rates[g], -g))
+    demo.console.print(
+        "validation success of the offline control by update group: "
+        + ", ".join(f"{g}: {rate:.0%}" for g, rate in rates.items())
+        + f" (the starting point: {start.validation[start.steps]:.0%})"
+    )
+    if rates[group] <= start.validation[start.steps]:
+        return replace(start, control_validation=rates)
+    policy = jobs[group].out_dir / "policy"
+    return replace(start, policy=policy, made_by=run_dir, control_groups=group, control_validation=rates)
+
+
 def offline_control_job(demo: Demo, best: BestOffline) -> Job:
-    """The offline control's `robotrl learner learner.offline=true` run, from the best offline
-    policy, with the fine-tunes' budget of update groups."""
+    """The offline control's `robotrl learner learner.offline=true` run, from the starting point
+    ``best``, with the fine-tunes' budget of update groups."""
     out = demo.finetune_dir(CONTROL)
     cfg = demo.target_config(
         env__takeover=TakeoverConfig(),

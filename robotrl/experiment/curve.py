@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from robotrl.config.env import TakeoverConfig
+from robotrl.config.experiment import eval_noise_scale
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core import run_folder
 from robotrl.core.policy_snapshots import PolicySnapshot, read_policy_snapshots
-from robotrl.experiment.demo_results import eval_noise_scale
 from robotrl.experiment.parallel import Job, JobDone, run_parallel
 from robotrl.experiment.steps import config_overrides, is_cached, ran_every_episode, robotrl, step_key
 
@@ -85,7 +85,7 @@ def curve_jobs(cfg: RobotRLConfig, run_dir: Path, pretrained: Path) -> list[Job]
         policy = out / "policy"
         eval_cfg = curve_eval_config(cfg, policy)
         argv = robotrl("eval", *config_overrides(eval_cfg, EVAL_GROUPS), f"run_dir={out}")
-        inputs = _snapshot_identity(run_dir, snapshot)
+        inputs = snapshot_identity(run_dir, snapshot)
         if not is_cached(out, step_key(argv, dict(inputs))):
             export_snapshot(pretrained, weights, policy)
         title = f"learning curve: {run_dir.name} at update group {snapshot.group}"
@@ -118,7 +118,7 @@ def curve_points(run_dir: Path) -> list[CurvePoint]:
     for snapshot in snapshots:
         out = run_folder.curve_eval_dir(run_dir, snapshot.group)
         stamp = run_folder.read_step_stamp(out)
-        if stamp is None or stamp.inputs != dict(_snapshot_identity(run_dir, snapshot)):
+        if stamp is None or stamp.inputs != dict(snapshot_identity(run_dir, snapshot)):
             continue  # not evaluated yet, or an evaluation of the snapshot a former learner run wrote
         summary = run_folder.read_eval_summary(out)
         low, high = summary["ci95"]
@@ -134,8 +134,8 @@ def curve_points(run_dir: Path) -> list[CurvePoint]:
     return points
 
 
-def _snapshot_identity(run_dir: Path, snapshot: PolicySnapshot) -> tuple[tuple[str, str | None], ...]:
-    """What a snapshot's evaluation depends on (a step input): its tensors, as of its write (a
+def snapshot_identity(run_dir: Path, snapshot: PolicySnapshot) -> tuple[tuple[str, str | None], ...]:
+    """What an evaluation of a snapshot depends on (a step input): its tensors, as of its write (a
     learner run over again rewrites a snapshot of the same group at a later time)."""
     return ((str(run_folder.snapshot_weights_path(run_dir, snapshot.group)), f"{snapshot.time}"),)
 

@@ -3,16 +3,17 @@
 1. record scripted demonstrations of the task in the source condition (``robotrl record``),
 2. pretrain the policy by behaviour cloning (``robotrl pretrain``), keeping candidate budgets
    (with ``experiment.vla``, a real VLA made offline first by ``robotrl vla init``),
-3. choose the best offline policy among them by success on validation seeds in the target
-   condition (``experiment.shift``) and evaluate it on the fixed evaluation seeds
-   (``robotrl eval``; :mod:`robotrl.experiment.baselines`),
+3. choose the starting point among them by success on validation seeds in the target
+   condition (``experiment.shift``) (``robotrl eval``; :mod:`robotrl.experiment.baselines`),
 4. fine-tune it online in the target condition in each run of ``experiment.algorithms`` (RAPI;
    BC on the same buffers; HG-DAgger-style BC on the demonstrations and takeovers; RAPI without
    takeovers) with a real learner and real actors (``robotrl launch``) in virtual time under
    the configured latency, with the same budget (online episodes and update groups) for each,
    and ``experiment.repeats`` times with other seeds (all algorithms' first runs come first);
    beside them the offline control (the same number of updates on the demonstrations alone),
-5. evaluate each resulting policy on the same seeds, pooling an algorithm's runs,
+5. choose the best offline policy among the starting point and the control's snapshots on the
+   validation seeds, and evaluate it, the control and each fine-tuned policy on the same fixed
+   evaluation seeds, pooling an algorithm's runs,
 6. record a rerun view of the fine-tuned policy, plot the learning curves, and write
    the results table (:func:`robotrl.core.run_folder.write_demo_results`).
 
@@ -39,6 +40,7 @@ from robotrl.config.experiment import (
     FINETUNE_RUNS,
     demo_online_seeds,
     demo_seed_problems,
+    eval_noise_scale,
     shift_problems,
     target_scene,
     vla_problems,
@@ -52,12 +54,13 @@ from robotrl.experiment.baselines import (
     BEST_OFFLINE,
     CONTROL,
     BestOffline,
+    best_with_control,
     choose_best_offline,
+    control_snapshots,
     offline_control_job,
 )
 from robotrl.experiment.demo_results import (
     demo_results,
-    eval_noise_scale,
     latency_text,
     print_results,
     shift_text,
@@ -86,13 +89,17 @@ class Demo:
         self.ex = cfg.experiment
         self.out = Path(self.ex.output_dir)
         self.console = console
-        self.best = BestOffline(self.ex.pretrain_steps, self.pretrained, self.out / "pretrain", {})
-        """The policy fine-tuning starts from: the last pretrained one until :meth:`run` chooses
-        the best offline policy on the validation seeds."""
+        self.start = BestOffline(self.ex.pretrain_steps, self.pretrained, self.out / "pretrain", {})
+        """The policy the fine-tunes and the control start from: the last pretrained one until
+        :meth:`run` chooses among the pretraining's snapshots on the validation seeds."""
+        self.best = self.start
+        """The best offline policy, the baseline: :attr:`start` until :meth:`run` has validated
+        the offline control's snapshots too."""
         self.target_scene = target_scene(cfg)
         """The deployment (target) condition: ``env.scene`` changed by ``experiment.shift``."""
         candidates = self.ex.pretrain_steps // self.ex.select_every if self.ex.select_every else 0
-        control = 2 if self.ex.offline_control else 0  # train, evaluate
+        # the control: train, validate its snapshots (when the pretraining's are), evaluate
+        control = 2 + control_snapshots(self.cfg) * (candidates > 1) if self.ex.offline_control else 0
         # record, (make the VLA), pretrain, validations, eval, control, (launch + eval) per run, rerun
         runs = len(self.ex.algorithms) * self.ex.repeats
         made = 1 if self.ex.vla else 0
@@ -253,7 +260,7 @@ class Demo:
         takeover = self.cfg.env.takeover if kind.takeovers else TakeoverConfig()
         return self.target_config(
             env__takeover=copy.deepcopy(takeover),
-            policy__path=str(self.best.policy),
+            policy__path=str(self.start.policy),
             actor__episodes=self.ex.online_episodes,
             actor__seed=demo_online_seeds(self.cfg, run, 0),
             learner__algorithm=kind.algorithm,
@@ -296,10 +303,16 @@ class Demo:
         self.steps.run(title, out, argv, inputs=self._finetune_inputs)
         return self._exported(out)
 
+    def evaluate_best_offline(self) -> EvalSummary:
+        """Choose the best offline policy once the offline control has run, and evaluate it."""
+        self.best = best_with_control(self, self.start)
+        label = f"the best offline policy ({self.best.describe(self.cfg.learner.actor_updates_per_group)})"
+        return self.evaluate(BEST_OFFLINE, self.best.policy, label, made_by=self.best.made_by)
+
     def offline_control(self) -> EvalSummary:
         """The offline control in the foreground, then its evaluation."""
-        job = offline_control_job(self, self.best)
-        self.steps.run(job.title, job.out_dir, job.argv, inputs=[self.best.made_by, self.demos])
+        job = offline_control_job(self, self.start)
+        self.steps.run(job.title, job.out_dir, job.argv, inputs=[self.start.made_by, self.demos])
         return self.evaluate(CONTROL, self._exported(job.out_dir), "the offline control", made_by=job.out_dir)
 
     def finetune_side_by_side(self) -> None:
@@ -314,7 +327,7 @@ class Demo:
             name = self.run_name(algorithm, run)
             jobs[name] = Job(title, out, tuple(argv), inputs, complete=launch_finished)
         if self.ex.offline_control:  # last: the shortest, it fills a core once a fine-tune ends
-            jobs[CONTROL] = offline_control_job(self, self.best)
+            jobs[CONTROL] = offline_control_job(self, self.start)
         running = {name: job.out_dir for name, job in jobs.items() if name != CONTROL}
         with LaunchProgress(running, self.console):
             self.side_by_side(list(jobs.values()), "fine-tuning runs", "; their progress every 30 s")
@@ -380,7 +393,7 @@ class Demo:
         """The fine-tuned policy of ``run_dir``, exported from its learner checkpoint once."""
         policy = run_dir / "policy"
         if not policy.exists():
-            export_policy(self.best.policy, run_dir, policy)
+            export_policy(self.start.policy, run_dir, policy)
         return policy
 
     def rerun_view(self, policy: Path, label: str) -> Path | None:
@@ -412,24 +425,23 @@ class Demo:
     # -- the whole demo ----------------------------------------------------------------
 
     def run(self) -> int:
-        start = time.perf_counter()
+        began = time.perf_counter()
         self.out.mkdir(parents=True, exist_ok=True)
         self._intro()
         self.record()
         if self.ex.vla:
             self.make_vla()
         self.pretrain()
-        self.best = choose_best_offline(self)
-        label = f"the best offline policy ({self.best.steps} pretraining steps)"
-        baseline = self.evaluate(BEST_OFFLINE, self.best.policy, label, made_by=self.best.made_by)
-        evals = {BEST_OFFLINE: baseline}
+        self.start = self.best = choose_best_offline(self)
         if self.finetune_workers > 1:
             self.finetune_side_by_side()
+            evals = {BEST_OFFLINE: self.evaluate_best_offline()}
             runs = self.evaluate_side_by_side()
         else:
             runs = {a: [] for a in self.ex.algorithms}
             if self.ex.offline_control:
                 runs = {CONTROL: [self.offline_control()], **runs}
+            evals = {BEST_OFFLINE: self.evaluate_best_offline()}
             for algorithm, run in self._runs_in_order:
                 name = self.run_name(algorithm, run)
                 policy = self.finetune(algorithm, run)
@@ -439,11 +451,11 @@ class Demo:
         shown = "rapi" if "rapi" in runs else self.ex.algorithms[0]
         recording = self.rerun_view(self.finetune_dir(shown) / "policy", f"the {shown}-fine-tuned policy")
         curve = self.learning_curve(evals)
-        results = demo_results(self.cfg, evals, self.best, time.perf_counter() - start, self.steps)
+        results = demo_results(self.cfg, evals, self.best, time.perf_counter() - began, self.steps)
         results["actor_updates"] = self.actor_updates(list(runs))
         results["sim_steps_per_s"] = self.sim_rate()
         run_folder.write_demo_results(self.out, results)
-        print_results(self.console, self.cfg, evals, self.best.steps, results, curve, recording)
+        print_results(self.console, self.cfg, evals, self.best, results, curve, recording)
         return 0
 
     def sim_rate(self) -> dict[str, Any]:
@@ -486,8 +498,8 @@ class Demo:
             for a in self.ex.algorithms
             for run in range(self.ex.repeats)
         }
-        cfg = self.evaluation_config(self.best.policy, self.ex.curve_episodes, self.ex.curve_seed)
-        jobs = [job for run_dir in every_run.values() for job in curve_jobs(cfg, run_dir, self.best.policy)]
+        cfg = self.evaluation_config(self.start.policy, self.ex.curve_episodes, self.ex.curve_seed)
+        jobs = [job for run_dir in every_run.values() for job in curve_jobs(cfg, run_dir, self.start.policy)]
         if jobs:
             self.steps.total += len(jobs)
             self.side_by_side(jobs, "learning-curve evaluations", "")

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from robotrl.actor.report import outcome_text
-from robotrl.config.experiment import target_scene
+from robotrl.config.experiment import eval_noise_scale, target_scene
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core import run_folder
 from robotrl.core.run_folder import EvalSummary
@@ -30,12 +30,6 @@ POLICY_FIGURES = (
     "starved_ticks",
 )
 """What the results keep of each policy's evaluation (``runs``: a fine-tuned policy's per-run success)."""
-
-
-def eval_noise_scale(cfg: RobotRLConfig) -> float:
-    """The evaluations' inference temperature: ``experiment.eval_noise_scale``, else the policy's."""
-    scale = cfg.experiment.eval_noise_scale
-    return cfg.policy.noise_scale if scale is None else scale
 
 
 def latency_text(cfg: RobotRLConfig) -> str:
@@ -73,7 +67,9 @@ def demo_results(
         "success": {name: e["success_rate"] for name, e in evals.items()},
         "ci95": ci,
         "best_offline_steps": best.steps,
+        "best_offline_control_groups": best.control_groups,
         "validation_success": {str(steps): rate for steps, rate in best.validation.items()},
+        "control_validation_success": {str(group): rate for group, rate in best.control_validation.items()},
         "offline_control_updates": ex.update_groups * cfg.learner.actor_updates_per_group
         if CONTROL in evals
         else None,
@@ -118,10 +114,11 @@ def _setting(cfg: RobotRLConfig) -> dict[str, Any]:
     }
 
 
-def _policy_names(cfg: RobotRLConfig, best_steps: int) -> dict[str, str]:
-    updates = cfg.experiment.update_groups * cfg.learner.actor_updates_per_group
+def _policy_names(cfg: RobotRLConfig, best: BestOffline) -> dict[str, str]:
+    per_group = cfg.learner.actor_updates_per_group
+    updates = cfg.experiment.update_groups * per_group
     return {
-        BEST_OFFLINE: f"best offline policy (BC, {best_steps} steps)",
+        BEST_OFFLINE: f"best offline policy ({best.describe(per_group)})",
         CONTROL: f"offline control (+{updates} BC updates on the demos)",
         "rapi": "+ online RAPI",
         "bc": "+ online BC on RAPI's buffers",
@@ -133,7 +130,7 @@ def _policy_names(cfg: RobotRLConfig, best_steps: int) -> dict[str, str]:
     }
 
 
-def results_table(cfg: RobotRLConfig, evals: Mapping[str, EvalSummary], best_steps: int) -> Table:
+def results_table(cfg: RobotRLConfig, evals: Mapping[str, EvalSummary], best: BestOffline) -> Table:
     """One row per policy: success with its interval (and per run), time to success, jerk, starvation."""
     repeats = cfg.experiment.repeats
     pooled = f", fine-tuned policies pooled over {repeats} runs each" if repeats > 1 else ""
@@ -144,7 +141,7 @@ def results_table(cfg: RobotRLConfig, evals: Mapping[str, EvalSummary], best_ste
     # per episode: a pooled row counts K times the episodes of the pretrained one
     for col in (*columns, "time to success", "jerk RMS", "starved ticks / episode"):
         table.add_column(col, justify="right" if col != "policy" else "left")
-    names = _policy_names(cfg, best_steps)
+    names = _policy_names(cfg, best)
     for name, e in evals.items():
         lo, hi = e["ci95"]
         tts = e["mean_time_to_success_s"]
@@ -164,15 +161,15 @@ def print_results(
     console: Console,
     cfg: RobotRLConfig,
     evals: Mapping[str, EvalSummary],
-    best_steps: int,
+    best: BestOffline,
     results: Mapping[str, Any],
     curve: Path,
     recording: Path | None,
 ) -> None:
     """The table, how the failed episodes ended, RAPI against each baseline, and where the files are."""
     console.print(shift_text(cfg))
-    console.print(results_table(cfg, evals, best_steps))
-    names = _policy_names(cfg, best_steps)
+    console.print(results_table(cfg, evals, best))
+    names = _policy_names(cfg, best)
     failures = {name: e["outcomes"] for name, e in evals.items() if e.get("outcomes")}
     if failures:  # evaluations cached before outcomes were counted have none
         console.print("how the failed episodes ended:")

@@ -57,6 +57,9 @@ def test_quick_demo_runs_every_step_and_a_second_run_reuses_them(tmp_path: Path)
     assert list(results["success"]) == list(policies)
     assert all(0.0 <= rate <= 1.0 for rate in results["success"].values())
     assert list(results["validation_success"]) == ["30", "60"] and results["best_offline_steps"] in (30, 60)
+    # the control's last snapshot (group 3) is a candidate too, validated on the same seeds
+    assert list(results["control_validation_success"]) == ["3"]
+    assert results["best_offline_control_groups"] in (0, 3)
     # the demonstrations carry the source condition; everything after them ran in the target
     from robotrl.data.lerobot_dataset import RecordedDataset
 
@@ -82,8 +85,8 @@ def test_quick_demo_runs_every_step_and_a_second_run_reuses_them(tmp_path: Path)
     # the preset fine-tunes side by side; one by one, the same runs are the same steps
     second = _demo(out, "experiment.finetune_workers=1")
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
-    # record, pretrain, 2 validations, 5 evals, control, 3 fine-tunings, rerun, 3 runs x 2 curve points
-    assert second.stdout.count("cached") == 20
+    # record, pretrain, 3 validations, 5 evals, control, 3 fine-tunings, rerun, 3 runs x 2 curve points
+    assert second.stdout.count("cached") == 21
     assert json.loads((out / "results.json").read_text())["success"] == results["success"]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from demo_steps import offline_step_argvs
 from rich.console import Console
@@ -14,8 +15,15 @@ from robotrl.actor.report import wilson_interval
 from robotrl.config.learner import AlgorithmKind
 from robotrl.config.load import load_config
 from robotrl.core import run_folder
-from robotrl.core.policy_snapshots import pretrain_snapshot
-from robotrl.experiment.baselines import choose_best_offline, offline_control_job
+from robotrl.core.policy_snapshots import PolicySnapshot, pretrain_snapshot, write_policy_snapshot
+from robotrl.experiment.baselines import (
+    CONTROL,
+    BestOffline,
+    best_with_control,
+    choose_best_offline,
+    control_snapshots,
+    offline_control_job,
+)
 from robotrl.experiment.demo import Demo
 
 TARGET = [0.55, 0.85]
@@ -70,7 +78,7 @@ def test_the_offline_control_runs_a_fine_tunes_updates_on_demonstrations_alone(t
     assert cfg.learner.policy_lr == rapi.learner.policy_lr
     assert cfg.learner.batch_size == rapi.learner.batch_size
     assert cfg.learner.demos_path == rapi.learner.demos_path == str(demo.demos)
-    assert cfg.policy.path == rapi.policy.path == str(demo.best.policy)  # both start from the baseline
+    assert cfg.policy.path == rapi.policy.path == str(demo.start.policy)  # both start from the same point
     assert not cfg.env.takeover.enabled
     assert rapi.env.takeover.enabled and not demo.finetune_config("rapi_no_takeover").env.takeover.enabled
 
@@ -130,3 +138,72 @@ def test_a_shift_names_scene_fields_with_values_they_accept(tmp_path, capsys):
     reach = load_config(["experiment=demo", out, "env=so101_reach", "env.takeover.on_miss=false"])
     assert experiment_main(reach) == 2
     assert "experiment.shift: only the pick-and-place task reads env.scene" in capsys.readouterr().err
+
+
+def _validated(demo: Demo, wins: dict[int, int], validated: list[int]):
+    """A stand-in for running validations side by side: each job's summary scores ``wins[group]``
+    of 50 (the group read from the job's folder)."""
+
+    def fake_side_by_side(jobs, what, progress):
+        for job in jobs:
+            cfg = load_config(list(job.argv[4:]))
+            assert (cfg.actor.seed, cfg.actor.episodes) == (
+                demo.ex.validation_seed,
+                demo.ex.validation_episodes,
+            )
+            assert Path(cfg.policy.path) == job.out_dir / "policy"
+            group = int(job.out_dir.name.removeprefix("control-group-"))
+            validated.append(group)
+            lo, hi = wilson_interval(wins[group], 50)
+            summary = {"episodes": 50, "success_rate": wins[group] / 50, "ci95": [lo, hi]}
+            (job.out_dir / run_folder.EVAL_SUMMARY).write_text(json.dumps(summary))
+
+    return fake_side_by_side
+
+
+@pytest.mark.parametrize(
+    ("wins", "chosen"),
+    [({50: 25, 100: 35, 150: 35}, 100), ({50: 25, 100: 31, 150: 20}, 0)],
+    ids=["a control snapshot validates better", "none beats the starting point"],
+)
+def test_the_offline_controls_snapshots_are_candidates_for_the_best_offline_policy(
+    tmp_path, monkeypatch, wins, chosen
+):
+    demo = demo_of(tmp_path, "experiment.update_groups=150", "learner.snapshot_every_groups=50")
+    assert control_snapshots(demo.cfg) == 3
+    control = demo.finetune_dir(CONTROL)
+    for group in (0, 50, 100, 150):
+        snapshot = PolicySnapshot(group, group, 0, float(group), 1.7e9 + group)
+        write_policy_snapshot(control, snapshot, {"w": np.zeros(2, np.float32)})
+    exported: list[Path] = []
+    monkeypatch.setattr(
+        "robotrl.experiment.baselines.export_snapshot",
+        lambda pretrained, weights, target: exported.append(target) or target.mkdir(parents=True),
+    )
+    validated: list[int] = []
+    monkeypatch.setattr(demo, "side_by_side", _validated(demo, wins, validated))
+    start = BestOffline(6000, demo.pretrained, demo.out / "pretrain", {3000: 0.4, 6000: 0.62})
+    best = best_with_control(demo, start)
+    assert validated == [50, 100, 150]  # group 0 is the starting point, validated already
+    assert best.control_validation == {group: won / 50 for group, won in wins.items()}
+    assert (best.steps, best.validation, best.control_groups) == (6000, start.validation, chosen)
+    if chosen:  # the fewest groups among equals; the policy is the snapshot validated
+        assert best.policy == demo.out / "validate" / f"control-group-{chosen:06d}" / "policy"
+        assert best.policy in exported
+        assert best.made_by == control and best.describe(50) == "BC, 6000 steps + 5000 control updates"
+    else:
+        assert (best.policy, best.made_by, best.describe(50)) == (
+            start.policy,
+            start.made_by,
+            "BC, 6000 steps",
+        )
+
+
+def test_without_validation_or_control_the_starting_point_is_the_best_offline_policy(tmp_path, monkeypatch):
+    monkeypatch.setattr(Demo, "side_by_side", lambda *a: pytest.fail("nothing to validate"))
+    start = BestOffline(3000, tmp_path / "policy", tmp_path, {})
+    demo = demo_of(tmp_path)
+    assert best_with_control(demo, start) is start  # unvalidated (select_every=0): nothing to compare with
+    validated = BestOffline(3000, tmp_path / "policy", tmp_path, {3000: 0.5})
+    assert best_with_control(demo, validated) is validated  # the control left no snapshot
+    assert best_with_control(demo_of(tmp_path, "experiment.offline_control=false"), validated) is validated

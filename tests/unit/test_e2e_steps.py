@@ -155,7 +155,7 @@ def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path:
     printed = io.StringIO()
     demo = Demo(cfg, Console(file=printed, width=200))
     launched: dict[str, list[str]] = {}
-    wins = iter([5, 7, 6, 4, 10, 6])  # best offline, control, rapi run 1, bc run 1, rapi run 2, bc run 2
+    wins = {"best_offline": 5, "offline_control": 7, "rapi": 6, "bc": 4, "rapi-run2": 10, "bc-run2": 6}
 
     def fake_step(title: str, out: Path, argv: list[str], inputs: object = ()) -> None:
         load_config(argv[4:])  # the step's own process accepts its command line
@@ -164,7 +164,8 @@ def test_repeated_fine_tuning_runs_have_their_own_seeds_and_are_pooled(tmp_path:
             launched[out.name] = argv
             (out / "policy").mkdir()
         elif argv[3] == "eval":
-            (out / "eval_summary.json").write_text(json.dumps(_summary(10, next(wins), 2.0, 1.0, "x")))
+            won = wins[out.name.removeprefix("eval_")]
+            (out / "eval_summary.json").write_text(json.dumps(_summary(10, won, 2.0, 1.0, "x")))
 
     batches: list[list[str]] = []  # the role of each job that went through run_parallel, by call
 
