@@ -83,23 +83,19 @@ def choose_best_offline(demo: Demo) -> BestOffline:
     if len(found) == 1 or not demo.ex.select_every:
         steps, policy = next(iter(found.items()))
         return BestOffline(steps, policy, made_by, {})
-    ex = demo.ex
-    whole = functools.partial(ran_every_episode, episodes=ex.validation_episodes)
-    jobs: dict[int, Job] = {}
-    for steps, policy in found.items():
-        cfg = demo.evaluation_config(policy, ex.validation_episodes, ex.validation_seed)
-        out = validation_dir(demo, steps)
-        argv = robotrl("eval", *config_overrides(cfg, ["env", "policy", "actor"]), f"run_dir={out}")
-        title = f"validate the policy after {steps} pretraining steps on {ex.validation_episodes} seeds"
-        jobs[steps] = Job(title, out, tuple(argv), ((str(made_by), run_id(made_by)),), complete=whole)
-    demo.side_by_side(list(jobs.values()), "validations", "")
-    rates = {steps: run_folder.read_eval_summary(job.out_dir)["success_rate"] for steps, job in jobs.items()}
-    best = max(rates, key=lambda steps: (rates[steps], -steps))
-    demo.console.print(
-        "validation success by pretraining steps: "
-        + ", ".join(f"{steps}: {rate:.0%}" for steps, rate in rates.items())
-        + f"; the best offline policy is the one after {best} steps"
-    )
+    inputs = ((str(made_by), run_id(made_by)),)
+    jobs = {
+        steps: _validation_job(
+            demo,
+            policy,
+            validation_dir(demo, steps),
+            f"validate the policy after {steps} pretraining steps",
+            inputs,
+        )
+        for steps, policy in found.items()
+    }
+    rates, best = _validate(demo, jobs, "pretraining steps")
+    demo.console.print(f"the fine-tunes and the offline control start from the policy after {best} steps")
     return BestOffline(best, found[best], made_by, rates)
 
 
@@ -119,31 +115,44 @@ def best_with_control(demo: Demo, start: BestOffline) -> BestOffline:
     snapshots = [s for s in read_policy_snapshots(run_dir) if s.group > 0]
     if not demo.ex.offline_control or not start.validation or not snapshots:
         return start
-    ex = demo.ex
-    whole = functools.partial(ran_every_episode, episodes=ex.validation_episodes)
     jobs: dict[int, Job] = {}
     for snapshot in snapshots:
         out = demo.out / "validate" / f"control-group-{snapshot.group:06d}"
-        cfg = demo.evaluation_config(out / "policy", ex.validation_episodes, ex.validation_seed)
-        argv = robotrl("eval", *config_overrides(cfg, ["env", "policy", "actor"]), f"run_dir={out}")
-        inputs = snapshot_identity(run_dir, snapshot)
-        if not is_cached(out, step_key(argv, dict(inputs))):
+        title = f"validate the offline control at group {snapshot.group}"
+        job = _validation_job(demo, out / "policy", out, title, snapshot_identity(run_dir, snapshot))
+        if not is_cached(out, step_key(job.argv, dict(job.inputs))):
             weights = run_folder.snapshot_weights_path(run_dir, snapshot.group)
             export_snapshot(start.policy, weights, out / "policy")
-        title = f"validate the offline control at group {snapshot.group} on {ex.validation_episodes} seeds"
-        jobs[snapshot.group] = Job(title, out, tuple(argv), inputs, complete=whole)
-    demo.side_by_side(list(jobs.values()), "validations of the offline control", "")
-    rates = {group: run_folder.read_eval_summary(job.out_dir)["success_rate"] for group, job in jobs.items()}
-    group = max(rates, key=lambda g: (rates[g], -g))
-    demo.console.print(
-        "validation success of the offline control by update group: "
-        + ", ".join(f"{g}: {rate:.0%}" for g, rate in rates.items())
-        + f" (the starting point: {start.validation[start.steps]:.0%})"
-    )
+        jobs[snapshot.group] = job
+    rates, group = _validate(demo, jobs, "the offline control's update group")
     if rates[group] <= start.validation[start.steps]:
+        demo.console.print(
+            f"the best offline policy is the starting point ({start.validation[start.steps]:.0%})"
+        )
         return replace(start, control_validation=rates)
+    demo.console.print(f"the best offline policy is the offline control's after {group} groups")
     policy = jobs[group].out_dir / "policy"
     return replace(start, policy=policy, made_by=run_dir, control_groups=group, control_validation=rates)
+
+
+def _validation_job(
+    demo: Demo, policy: Path, out: Path, title: str, inputs: tuple[tuple[str, str | None], ...]
+) -> Job:
+    """A `robotrl eval` of ``policy`` on the validation seeds, in the target, into ``out``."""
+    ex = demo.ex
+    cfg = demo.evaluation_config(policy, ex.validation_episodes, ex.validation_seed)
+    argv = robotrl("eval", *config_overrides(cfg, ["env", "policy", "actor"]), f"run_dir={out}")
+    whole = functools.partial(ran_every_episode, episodes=ex.validation_episodes)
+    return Job(f"{title} on {ex.validation_episodes} seeds", out, tuple(argv), inputs, complete=whole)
+
+
+def _validate(demo: Demo, jobs: dict[int, Job], by: str) -> tuple[dict[int, float], int]:
+    """Run ``jobs`` side by side (cached) and print their success on the validation seeds; each
+    one's success by key, and the key of the best (the smallest among equals)."""
+    demo.side_by_side(list(jobs.values()), "validations", "")
+    rates = {key: run_folder.read_eval_summary(job.out_dir)["success_rate"] for key, job in jobs.items()}
+    demo.console.print(f"validation success by {by}: " + ", ".join(f"{k}: {r:.0%}" for k, r in rates.items()))
+    return rates, max(rates, key=lambda key: (rates[key], -key))
 
 
 def offline_control_job(demo: Demo, best: BestOffline) -> Job:
