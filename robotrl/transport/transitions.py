@@ -346,7 +346,7 @@ class TransitionSender:
                 return
             seq = self._next_seq
             self._next_seq += 1
-            batches = 1  # a joined message that does not encode comes back apart
+            batches = 1  # what _take_message cannot pack, it raises for one batch alone
             try:
                 plain, bad, batches = self._take_message()
                 meta = {**plain.meta, "stream": self.stream, "batches": batches}
