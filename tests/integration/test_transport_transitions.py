@@ -363,12 +363,20 @@ def test_batches_handed_over_before_the_first_poll_do_not_hold_the_first_ping_ba
 @pytest.mark.parametrize("while_acked", [True, False])
 def test_a_flush_waits_while_the_learner_keeps_acknowledging_and_not_once_it_stops(while_acked):
     """Three batches acknowledged 0.9 s apart (on an injected clock): a flush of 1 s that each
-    acknowledgement extends delivers them all; one that is not extended gives up at 1 s."""
+    acknowledgement extends delivers them all; one that is not extended gives up at 1 s, with
+    the last batch still unacknowledged."""
     clock = VirtualClock()
-    rx = receiver()
-    tx = sender(rx.endpoint, "actor-0", clock=clock.now)
     flushed: list[bool] = []
     flushing = threading.Thread(target=lambda: flushed.append(tx.flush(1.0, while_acked=while_acked)))
+    flush_began = threading.Event()
+
+    def now() -> float:
+        if threading.current_thread() is flushing:
+            flush_began.set()  # its deadline is set: the clock may move
+        return clock.now()
+
+    rx = receiver()
+    tx = sender(rx.endpoint, "actor-0", clock=now)
     try:
         # pings go out on the injected clock: move it until one is answered
         wait_for(lambda: clock.advance(HEARTBEAT_S) or tx.stats()["learner_alive"], 10, "the learner")
@@ -376,11 +384,13 @@ def test_a_flush_waits_while_the_learner_keeps_acknowledging_and_not_once_it_sto
             assert tx.send(small_batch("actor-0", i))
         wait_for(lambda: tx.stats()["unacked"] == 3, 10, "the three batches to be numbered")
         flushing.start()
+        assert flush_began.wait(10)
         for acked in range(3):
             assert rx.recv_item(10) is not None  # acknowledges the one before
             wait_for(lambda n=acked: tx.stats()["acked"] == n, 10, f"{acked} acknowledged")
             clock.advance(0.9)
-        rx.commit()
+        if while_acked:
+            rx.commit()  # the last one: the flush is done once it is counted
         flushing.join(10)
     finally:
         tx.close()
