@@ -179,9 +179,12 @@ def test_a_learner_that_stops_acknowledges_the_last_batch_it_stored(tmp_path):
             critic_hidden=16, critic_updates_per_group=1, critic_warmup_updates=0, critic_images=False
         ),
     )
-    rx = TransitionReceiver(f"ipc://{tmp_path}/t.sock", **LINK)
+    # Links that never give up on a silent peer here: on a loaded machine a 1 s timeout could
+    # reconnect while the learner checkpoints and drop the very ack this test checks.
+    patient = {**LINK, "peer_timeout_s": 30.0}
+    rx = TransitionReceiver(f"ipc://{tmp_path}/t.sock", **patient)
     learner = build_learner(cfg, MLPChunkPolicy(2, 4, 3, hidden=16), SPEC, rx, QueueLink(), console=False)
-    tx = TransitionSender(rx.endpoint, "actor-0", spool_dir=tmp_path / "spool", write_ahead=True, **LINK)
+    tx = TransitionSender(rx.endpoint, "actor-0", spool_dir=tmp_path / "spool", write_ahead=True, **patient)
     try:
         for b in batches():
             assert tx.send(b)
