@@ -184,11 +184,15 @@ class TransitionReceiver:
     def close(self, linger_s: float = 1.0) -> None:
         """Stop the link, after up to ``linger_s`` for the acknowledgements still queued to go out
         (an actor not told resends, and a learner restarted without a checkpoint would store the
-        batch a second time)."""
+        batch a second time). Best effort: an actor that has not read an acknowledgement when the
+        link closes loses it (its socket drops what it holds for a peer gone), and resends; the
+        ledger in the stop's checkpoint then refuses the duplicate."""
         deadline = time.monotonic() + linger_s
         while self._to_ack and time.monotonic() < deadline:
             time.sleep(0.01)
-        self._link.close(linger_s=max(deadline - time.monotonic(), 0.0))  # the socket sends them
+        # The socket then gets its own linger_s for those taken by the I/O thread: a thread the
+        # machine's load held back must not leave the socket no time to send them.
+        self._link.close(linger_s=linger_s)
 
     # -- I/O thread: the link's ServerHandler ----------------------------------------------
 

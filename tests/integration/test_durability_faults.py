@@ -193,8 +193,9 @@ def test_a_learner_that_stops_acknowledges_the_last_batch_it_stored(tmp_path):
         )
         learner.stop()  # asked for while the last batch is held, stored and not yet acknowledged
         learner.run()
-        rx.close()  # lingers for the acknowledgements still queued
-        assert tx.flush(10), tx.stats()
+        # Read while the link is up: the actor's socket drops an ack it had not read when the
+        # learner's socket closes, which a loaded machine's actor thread can miss (1 run in 8).
+        assert tx.flush(10), str(tx.stats())  # a str: pytest would cut a dict short
     finally:
         tx.close()
         rx.close()
