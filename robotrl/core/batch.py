@@ -10,6 +10,7 @@ dtypes are :data:`robotrl.core.columns.COLUMNS`; the fields below are their type
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -32,7 +33,8 @@ _COLUMN_FIELDS: Final = (
     *(c.next_name for c in ARRAY_COLUMNS if c.next_name),
 )
 """The batch fields of the array columns and of their next-observation twins."""
-_ARRAYS: Final = attrgetter(*_COLUMN_FIELDS, "instruction_index", "next_rows")
+_ARRAY_FIELDS: Final = (*_COLUMN_FIELDS, "instruction_index", "next_rows")
+_ARRAYS: Final = attrgetter(*_ARRAY_FIELDS)
 """Every plain array field of a batch, in one call."""
 _ROW_SIZES: Final = {Shape.SCALAR: 0, Shape.STATE: 1, Shape.ACTION: 2}
 
@@ -45,9 +47,22 @@ class JoinedIndices(NamedTuple):
     next_rows: npt.NDArray[np.int64]
 
 
-_SHAPE_CHECKS: Final = tuple((c.name, c.next_name, _ROW_SIZES[c.shape]) for c in ARRAY_COLUMNS)
-"""Per array column: its field, its next-observation field, and which row size it has
-(an index into scalar, state, action)."""
+_ARRAY_ROWS: Final = (
+    *((False, _ROW_SIZES[c.shape]) for c in ARRAY_COLUMNS),
+    *((True, _ROW_SIZES[c.shape]) for c in ARRAY_COLUMNS if c.next_name),
+    (False, 0),
+    (True, 0),
+)
+"""Per field of :data:`_ARRAYS`: whether it has a row per next observation, and which row size
+it has (an index into scalar, state, action)."""
+_SHAPE: Final = attrgetter("shape")
+
+
+@functools.lru_cache(maxsize=64)
+def _expected_shapes(rows: int, next_rows: int, state_dim: int, action_dim: int) -> tuple[Any, ...]:
+    """The shape of each field of :data:`_ARRAYS` (cached: a stream repeats a few sizes)."""
+    sizes = ((), (state_dim,), (action_dim,))
+    return tuple((next_rows if per_next else rows, *sizes[size]) for per_next, size in _ARRAY_ROWS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,23 +103,15 @@ class TransitionBatch:
     def __post_init__(self) -> None:
         """Check that every column agrees on N (and M for next observations) and on its row shape,
         and that the indices point inside the batch. Runs on every batch a learner receives: kept
-        to a few microseconds (one shape lookup per column)."""
+        to a few microseconds (the shapes of all plain fields compared as one tuple)."""
         n, m = len(self.state), len(self.next_rows)
         if self.state.ndim != 2 or self.action.ndim != 2:
             raise ValueError(f"state {self.state.shape} and action {self.action.shape} must be (N, dim)")
-        sizes = ((), self.state.shape[1:], self.action.shape[1:])
-        want = [(n, *size) for size in sizes]
-        want_next = [(m, *size) for size in sizes]
-        for name, next_name, shape in _SHAPE_CHECKS:
-            if getattr(self, name).shape != want[shape]:
-                raise ValueError(f"column {name!r} must be {want[shape]}, got {getattr(self, name).shape}")
-            if next_name and getattr(self, next_name).shape != want_next[shape]:
-                got = getattr(self, next_name).shape
-                raise ValueError(f"{next_name!r} must be {want_next[shape]}, got {got}")
-        if self.instruction_index.shape != (n,):
-            raise ValueError(f"instruction_index is {self.instruction_index.shape}, state has {n} rows")
-        if self.next_rows.shape != (m,):
-            raise ValueError(f"next_rows must be ({m},), got {self.next_rows.shape}")
+        want = _expected_shapes(n, m, self.state.shape[1], self.action.shape[1])
+        got = tuple(map(_SHAPE, _ARRAYS(self)))
+        if got != want:
+            wrong = next(x for x in zip(_ARRAY_FIELDS, got, want, strict=True) if x[1] != x[2])
+            raise ValueError("field {!r} is {}, must be {}".format(*wrong))
         for cam, img in self.images.items():
             if img.ndim != 4 or len(img) != n or img.shape[3] != 3:
                 raise ValueError(f"images[{cam!r}] must be (N, H, W, 3), got {img.shape}")

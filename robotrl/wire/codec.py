@@ -65,6 +65,7 @@ _MAX_NAME = 256
 _MAX_KIND = 64
 _MAX_SENDER = 256
 _MAX_SEQ = 2**63 - 1
+_HEADER_KEYS: Final = frozenset(("v", "kind", "sender", "seq", "meta", "arrays"))
 
 
 class WireError(ValueError):
@@ -192,9 +193,8 @@ def _parse_header(raw: memoryview, limits: WireLimits) -> dict[str, Any]:
     version = header.get("v")
     if version != SCHEMA_VERSION or isinstance(version, bool):
         raise WireError("schema_version", f"schema version {version!r}, this build speaks {SCHEMA_VERSION}")
-    expected = {"v", "kind", "sender", "seq", "meta", "arrays"}
-    if set(header) != expected:
-        raise WireError("header", f"header keys {sorted(header)} are not {sorted(expected)}")
+    if header.keys() != _HEADER_KEYS:
+        raise WireError("header", f"header keys {sorted(header)} are not {sorted(_HEADER_KEYS)}")
     kind, sender, seq = header["kind"], header["sender"], header["seq"]
     if not isinstance(kind, str) or not 0 < len(kind) <= _MAX_KIND:
         raise WireError("header", "kind must be a non-empty string of at most 64 characters")

@@ -20,7 +20,7 @@ from robotrl.wire.messages import (
     transition_batch_to_message,
     weight_update_to_message,
 )
-from robotrl.wire.packed_columns import FIELD_DTYPES, PackedDims, layout
+from robotrl.wire.packed_columns import FIELD_DTYPES, PackedDims, _all_finite, layout
 
 
 def over_the_wire(message: Message) -> Message:
@@ -147,6 +147,19 @@ def test_a_packed_message_names_its_fields_that_are_not_finite():
     assert sorted(packed_non_finite(transition_batch_to_message(bad, 0))) == ["next_state", "reward"]
     assert packed_non_finite(joined_batches_to_message([batch, bad], 0)) == ["reward", "next_state"]
     assert packed_non_finite(joined_batches_to_message([batch, batch], 0)) == []
+
+
+def test_the_finiteness_check_finds_nan_and_infinity_anywhere_and_is_not_fooled_by_large_values():
+    """The packed check is a dot product with zeros: every position of a vector kernel's body and
+    tail, and finite values whose sum would overflow."""
+    for size in (1, 7, 8, 9, 33, 70, 1001):
+        zeros = np.zeros(size, np.float32)
+        assert _all_finite(np.full(size, 3e38, np.float32), zeros)
+        for position in range(size):
+            for value in (np.nan, np.inf, -np.inf):
+                values = np.full(size, 3e38, np.float32)
+                values[position] = value
+                assert not _all_finite(values, zeros), (size, position, value)
 
 
 def test_batches_join_in_order_with_their_instructions_and_next_observations():
