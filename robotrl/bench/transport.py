@@ -77,14 +77,21 @@ def _ours_learner(conn: Connection, n_batches: int) -> None:
 def _ours_actor(conn: Connection, endpoint: str, cameras: tuple[str, ...], n_batches: int) -> None:
     batch = _batch(cameras)
     coalesce = TransportConfig().coalesce_kb << 10  # the runtime's default: a backlog goes out joined
-    tx = TransitionSender(endpoint, "actor-0", window=16, max_inflight=64, coalesce_bytes=coalesce)
+    window = TransportConfig().send_window
+    # Two windows of joined messages ahead: the link never waits on this producer (32 batches
+    # did: 0.3x raw for state), and the hand-off queue stays below half full, where batches
+    # without a spool would be dropped.
+    ahead = 2 * window * joined_batches(cameras)
+    tx = TransitionSender(
+        endpoint, "actor-0", window=window, max_queue=4 * ahead, max_inflight=64, coalesce_bytes=coalesce
+    )
     deadline = time.monotonic() + 30
     while not tx.stats()["learner_alive"] and time.monotonic() < deadline:
         time.sleep(0.01)
     start = time.monotonic()
     sent = 0
     while sent < n_batches:
-        if tx.backlog() < 32 and tx.send(batch):  # stay within what the link carries: no spooling
+        if tx.backlog() < ahead and tx.send(batch):
             sent += 1
         else:
             time.sleep(0.0005)
