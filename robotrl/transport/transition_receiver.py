@@ -182,17 +182,17 @@ class TransitionReceiver:
             return {a: live.alive() for a, live in self._actors.items()}
 
     def close(self, linger_s: float = 1.0) -> None:
-        """Stop the link, after up to ``linger_s`` for the acknowledgements still queued to go out
-        (an actor not told resends, and a learner restarted without a checkpoint would store the
-        batch a second time). Best effort: an actor that has not read an acknowledgement when the
-        link closes loses it (its socket drops what it holds for a peer gone), and resends; the
-        ledger in the stop's checkpoint then refuses the duplicate."""
+        """Stop the link, after up to ``linger_s`` for its I/O thread to take the acknowledgements
+        still queued and up to ``linger_s`` more for its socket to send them (an actor not told
+        resends, and a learner restarted without a checkpoint would store the batch a second
+        time). Best effort: an actor that has not read an acknowledgement when the link closes
+        loses it (its socket drops what it holds for a peer gone) and resends; a learner restarted
+        from the stop's checkpoint, whose ledger holds the batch, acknowledges the resend and
+        skips it."""
         deadline = time.monotonic() + linger_s
         while self._to_ack and time.monotonic() < deadline:
             time.sleep(0.01)
-        # The socket then gets its own linger_s for those taken by the I/O thread: a thread the
-        # machine's load held back must not leave the socket no time to send them.
-        self._link.close(linger_s=linger_s)
+        self._link.close(linger_s=linger_s)  # a thread that load held back leaves the socket time
 
     # -- I/O thread: the link's ServerHandler ----------------------------------------------
 
