@@ -9,7 +9,7 @@ per section, and builds every column as a view.
 
 The layout: one section per dtype, widest itemsize first, so each section starts
 aligned to its itemsize; inside a section the fields in schema order, those that must
-be finite first, so that one ``isfinite`` covers all of them.
+be finite first, so that one check covers all of them.
 """
 
 from __future__ import annotations
