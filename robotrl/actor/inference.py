@@ -157,6 +157,9 @@ class InProcessInference:
     def wait(self, timeout_s: float) -> InferenceReply | None:
         return self.poll()
 
+    def wait_for_news(self, timeout_s: float) -> bool:
+        return bool(self._replies)
+
     def failure(self) -> str | None:
         return None
 

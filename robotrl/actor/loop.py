@@ -5,8 +5,10 @@ Ticks are scheduled by absolute deadlines (``t0 + k * dt``), never by sleeping `
 after the work, so a late tick does not push every later one back. A missed deadline is
 a command sent after its period ended, or a whole period lost to a stall; after a stall
 the schedule is re-anchored instead of bursting commands to catch up. The tick is the
-environment's step count. Wall-clock and virtual time run this same code: only the
-clock and the scheduler differ.
+environment's step count. Between ticks the loop waits on the inference backend and plans
+with the observation it already holds when a chunk or new weights come (wall clock; in
+virtual time chunks arrive at their due ticks). Wall-clock and virtual time run this same
+code: only the clock and the scheduler differ.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from robotrl.core.types import OUTCOME_INFO_KEY, ActionChunk, FloatArray, Infere
 log = logging.getLogger(__name__)
 
 Scheduler = WallClockScheduler | VirtualTimeScheduler
+
+NEWS_GUARD_S = 0.001
+"""What the backend sends less than this before a tick is taken at the tick, not before it."""
 
 
 @dataclass(frozen=True)
@@ -304,7 +309,7 @@ class ControlLoop:
         k = 0  # control ticks since the first chunk arrived
         while True:
             deadline = t0 + k * dt
-            self.clock.sleep_until(deadline)
+            self._sleep_taking_news(deadline, obs, episode_id, result)
             now = self.clock.now()
             late = now - deadline
             if late >= dt:  # whole periods lost (a stall): count them, re-anchor, never burst
@@ -341,6 +346,17 @@ class ControlLoop:
         result.jerk_rms = jerk_rms(executed[: result.ticks], dt)
         result.lateness_ms = (lateness[: result.ticks] * 1e3).tolist()
         return result
+
+    def _sleep_taking_news(
+        self, deadline: float, obs: Observation, episode_id: int, result: EpisodeResult
+    ) -> None:
+        """Sleep to ``deadline``, planning with ``obs`` (the next tick's observation) whenever the
+        backend sends something meanwhile, as the tick itself would: a chunk is merged as it comes
+        and new weights are asked for as soon as they are installed, not up to a period later.
+        News in the last :data:`NEWS_GUARD_S` waits for the tick, which it must not make late."""
+        while result.failure is None and self.scheduler.wait_for_news(deadline - NEWS_GUARD_S):
+            self._plan(obs, episode_id, result)
+        self.clock.sleep_until(deadline)
 
     def _begin(self, episode_id: int, seed: int, result: EpisodeResult) -> Observation:
         """Reset the environment and wait for the episode's first chunk (a failure goes in ``result``)."""

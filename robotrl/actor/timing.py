@@ -1,7 +1,9 @@
 """When a requested chunk counts as arrived: the one place wall-clock and virtual time differ.
 
 - :class:`WallClockScheduler`: the chunk arrives at the first tick at which the backend
-  has it; a request older than its deadline, or a dead backend, is a failure.
+  has it; a request older than its deadline, or a dead backend, is a failure. Between ticks
+  the loop waits on the backend, so what it sends is taken as it comes (stamped at the tick
+  ahead, whose observation the loop holds).
 - :class:`VirtualTimeScheduler`: a latency model draws how long the inference takes;
   the chunk arrives exactly that many ticks after its observation, however long the
   computation really took. Seeded, so a run is reproducible bit for bit.
@@ -72,6 +74,12 @@ class WallClockScheduler(_Scheduler):
             self._is_answer(reply)
             out.append(Arrival(reply, tick))
         return out
+
+    def wait_for_news(self, deadline: float) -> bool:
+        """Wait until the backend sends something (a chunk, new weights) or ``deadline`` passes;
+        True when something came, for the loop to take it between ticks."""
+        left = deadline - self._clock.now()
+        return left > 0 and self.backend.wait_for_news(left)
 
     def await_first(self, tick: int, timeout_s: float) -> tuple[Arrival, int]:
         """Block for the in-flight chunk while the robot waits (episode start).
@@ -145,6 +153,10 @@ class VirtualTimeScheduler(_Scheduler):
                 break
             out.append(Arrival(self._collect(rid), int(due)))
         return out
+
+    def wait_for_news(self, deadline: float) -> bool:
+        """Nothing arrives between ticks in virtual time: a chunk arrives at its due tick."""
+        return False
 
     def await_first(self, tick: int, timeout_s: float) -> tuple[Arrival, int]:
         """The episode's first chunk: the world waits, so it arrives at ``tick``."""

@@ -341,6 +341,11 @@ class ProcessInference:
                 if reply is not None:
                     return reply
 
+    def wait_for_news(self, timeout_s: float) -> bool:
+        """Whether a reply or an announcement came within ``timeout_s`` (rounded down to the
+        millisecond: the caller sleeps the rest to its deadline)."""
+        return bool(self._sock.poll(max(int(timeout_s * 1000), 0)))
+
     def failure(self) -> str | None:
         code = self.process.poll()
         return None if code is None else f"inference worker exited with code {code}"

@@ -159,15 +159,19 @@ class _ReportNewVersions:
         self._installed = 0
         self.stop = loop_stop
 
-    def on_tick(self, *_: Any) -> None:
-        if self._learner.poll(0):  # the learner is done: end the episode
-            self.stop()
+    def _report_installed(self) -> None:
         version = self._backend.newest_version()
         if version > self._installed:
             self._installed = version
             self._learner.send(("installed", version, self._backend.newest_staged_at()))
 
+    def on_tick(self, *_: Any) -> None:
+        if self._learner.poll(0):  # the learner is done: end the episode
+            self.stop()
+        self._report_installed()
+
     def on_chunk(self, episode_id: int, chunk: Any) -> None:
+        self._report_installed()  # the loop may merge the new chunk between ticks, before on_tick
         if chunk.policy_version > self._active:
             self._active = chunk.policy_version
             self._learner.send(("active", chunk.policy_version, time.monotonic()))

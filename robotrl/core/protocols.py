@@ -136,6 +136,12 @@ class InferenceBackend(Protocol):
         """The next reply, waiting at most ``timeout_s``."""
         ...
 
+    def wait_for_news(self, timeout_s: float) -> bool:
+        """Wait at most ``timeout_s`` for a reply or an announcement of new weights to read;
+        True as soon as one is there (a backend that cannot receive while the loop sleeps, the
+        in-process one, answers at once whether a reply is queued)."""
+        ...
+
     def failure(self) -> str | None:
         """Why the backend can no longer serve (crashed, error budget spent), or None."""
         ...
