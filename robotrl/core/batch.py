@@ -115,12 +115,16 @@ class TransitionBatch:
         for cam, img in self.images.items():
             if img.ndim != 4 or len(img) != n or img.shape[3] != 3:
                 raise ValueError(f"images[{cam!r}] must be (N, H, W, 3), got {img.shape}")
-        if n and (self.instruction_index.min() < 0 or self.instruction_index.max() >= len(self.instructions)):
+        index = self.instruction_index
+        if index.dtype.kind not in "iu":
+            raise ValueError(f"instruction_index must hold integers, not {index.dtype}")
+        # One reduction, not min and max: a negative index cast to uint64 wraps to a huge one.
+        if n and index.astype(np.uint64).max() >= len(self.instructions):
             raise ValueError("instruction_index points outside instructions")
         next_rows = self.next_rows.tolist()  # a row or two: Python is faster than numpy here
         if next_rows and (next_rows[0] < 0 or next_rows[-1] >= n):
             raise ValueError("next_rows points outside the batch")
-        if any(a >= b for a, b in itertools.pairwise(next_rows)):
+        if len(next_rows) > 1 and any(a >= b for a, b in itertools.pairwise(next_rows)):
             raise ValueError("next_rows must be strictly ascending")
         if set(self.next_images) != set(self.images):
             raise ValueError("next_images must have the same cameras as images")

@@ -74,9 +74,14 @@ def message_to_transition_batch(message: Message) -> TransitionBatch:
     if message.kind != TRANSITIONS:
         raise WireError("schema", f"expected a {TRANSITIONS!r} message, got {message.kind!r}")
     arrays = message.arrays
-    images = {n[len(_IMG) :]: a for n, a in arrays.items() if n.startswith(_IMG)}
-    next_images = {n[len(_NEXT_IMG) :]: a for n, a in arrays.items() if n.startswith(_NEXT_IMG)}
-    plain = {n for n in arrays if not n.startswith((_IMG, _NEXT_IMG))}
+    images, next_images, plain = {}, {}, set()
+    for name, array in arrays.items():
+        if name.startswith(_IMG):
+            images[name[len(_IMG) :]] = array
+        elif name.startswith(_NEXT_IMG):
+            next_images[name[len(_NEXT_IMG) :]] = array
+        else:
+            plain.add(name)
     if plain == {_COLUMNS}:
         columns = layout(PackedDims.parse(message.meta.get("dims"))).unpack(arrays[_COLUMNS])
     elif plain == set(FIELD_DTYPES):

@@ -45,13 +45,17 @@ class PackedDims(NamedTuple):
     @classmethod
     def parse(cls, value: object) -> PackedDims:
         """Dims a peer sent (a list of four naturals), or :class:`WireError` ``schema``."""
-        if (
-            not isinstance(value, list)
-            or len(value) != 4
-            or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _MAX_DIM for v in value)
-        ):
-            raise WireError("schema", f"packed dims must be four naturals below 2**31, got {value!r}")
-        return cls(*value)
+        if type(value) is list and len(value) == 4:  # written out: it runs once per batch received
+            a, b, c, d = value
+            if (
+                type(a) is type(b) is type(c) is type(d) is int  # not bool, as isinstance would allow
+                and 0 <= a <= _MAX_DIM
+                and 0 <= b <= _MAX_DIM
+                and 0 <= c <= _MAX_DIM
+                and 0 <= d <= _MAX_DIM
+            ):
+                return cls(a, b, c, d)
+        raise WireError("schema", f"packed dims must be four naturals below 2**31, got {value!r}")
 
 
 @dataclass(frozen=True)
