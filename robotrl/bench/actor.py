@@ -18,6 +18,13 @@ process (count and longest pause). Our loop's own deadline accounting (a period 
 a command sent after its period ended) and its wake-up lateness are reported too. Our actor
 runs twice, as configured by default and with ``actor.realtime_priority`` =
 :data:`REALTIME_PRIORITY`. 60 s per side and rate (15 s with ``--quick``).
+
+Beside them, the machine's floor (:func:`run_bare_loop`): the loop's own wait at the same
+rate and priority with nothing in its ticks, beside the same learner; and for every side the
+CPU time the hypervisor stole meanwhile (``steal_ms``). On a virtual machine a vCPU can stop
+for tens of milliseconds whatever its thread's priority, so each stall of a loop (an interval
+over 1.5 periods) is checked against the steal counter read at every tick: ``stalls`` and
+``stalls_without_steal``, the ones the machine does not explain.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -181,15 +188,77 @@ def gc_stats(pauses: list[tuple[float, float]], since: float) -> dict[str, Any]:
     return {"gc_collections": len(seen), "gc_max_pause_ms": max(seen, default=0.0) * 1e3}
 
 
+def steal_jiffies() -> int:
+    """The hypervisor's steal counter: clock ticks it took from this virtual machine's CPUs so
+    far (``steal`` in /proc/stat; about 20 µs to read, so once a control tick is affordable);
+    -1 where the kernel does not say (not Linux)."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return -1
+    return int(fields[8]) if len(fields) > 8 else -1
+
+
+def steal_ms(jiffies: int) -> float:
+    """``steal_jiffies`` in ms (NaN for -1)."""
+    return jiffies * 1000 / os.sysconf("SC_CLK_TCK") if jiffies >= 0 else math.nan
+
+
+def stall_stats(times: npt.NDArray[np.float64], steals: npt.NDArray[np.int64], dt: float) -> dict[str, Any]:
+    """Stalls (intervals between tick stamps of more than 1.5 periods: a tick half a period late
+    or more) and how many of them saw no CPU stolen by the hypervisor (``steals``: the steal
+    counter at each stamp); without the counter, every stall counts as unexplained."""
+    stalled = np.nonzero(np.diff(times) > 1.5 * dt)[0]
+    known = len(steals) == len(times) and steals.min(initial=0) >= 0
+    stolen = int(np.count_nonzero(np.diff(steals)[stalled] > 0)) if known else 0
+    return {"stalls": len(stalled), "stalls_without_steal": len(stalled) - stolen}
+
+
+def run_bare_loop(hz: float, seconds: float, priority: int) -> dict[str, Any]:
+    """The machine's floor: the control loop's own wait (``MonotonicClock.sleep_until`` to
+    absolute deadlines, whole periods lost counted and the schedule re-anchored as
+    :class:`~robotrl.actor.loop.ControlLoop` does) at ``hz`` and SCHED_FIFO ``priority``, with no
+    work in its ticks. What it misses, no loop on this machine can keep: on a virtual machine
+    the hypervisor can stop a vCPU whatever its thread's priority (see ``steal_ms``)."""
+    from robotrl.actor.realtime import realtime_thread
+    from robotrl.core.clock import MonotonicClock
+
+    clock, dt = MonotonicClock(), 1.0 / hz
+    times = np.empty(int(seconds * hz))
+    steals = np.empty(len(times), np.int64)
+    missed = 0
+    with realtime_thread(priority):
+        t0 = clock.now()
+        for k in range(len(times)):
+            deadline = t0 + k * dt
+            clock.sleep_until(deadline)
+            times[k] = now = clock.now()
+            steals[k] = steal_jiffies()  # the same work a tick of TickTimes does
+            if now - deadline >= dt:
+                lost = int((now - deadline) // dt)
+                missed += lost
+                t0 += lost * dt
+    return {
+        **interval_stats(times, dt),
+        **stall_stats(times, steals, dt),
+        "ticks": len(times),
+        "missed_deadlines": missed,
+    }
+
+
 class TickTimes:
     """A loop observer that stamps every control tick when its command has gone out (the loop
-    calls it after the step): real times, so a skipped period shows as one."""
+    calls it after the step): real times, so a skipped period shows as one, and the
+    hypervisor's steal counter, so a stall can be told from CPU time the machine lost."""
 
     def __init__(self) -> None:
         self.times: list[float] = []
+        self.steals: list[int] = []
 
     def on_tick(self, *_: object) -> None:
         self.times.append(time.perf_counter())
+        self.steals.append(steal_jiffies())
 
     def on_chunk(self, *_: object) -> None:
         pass
@@ -332,6 +401,7 @@ def run_ours(
     times = np.array(ticks_seen.times)
     lateness_ms = np.array(result.lateness_ms)
     out = interval_stats(times, 1.0 / hz)
+    out.update(stall_stats(times, np.array(ticks_seen.steals, np.int64), 1.0 / hz))
     out.update(gc_stats(pauses, times[0] if len(times) else math.inf))
     out.update(
         ticks=result.ticks,
@@ -476,9 +546,10 @@ def run_lerobot(act_dir: Path, hz: float, seconds: float, workdir: Path) -> dict
     return out
 
 
-SIDES = ("robotrl", "robotrl_realtime", "lerobot")
+SIDES = ("robotrl", "robotrl_realtime", "lerobot", "bare_loop")
 """The columns: our actor as configured by default, with ``actor.realtime_priority`` =
-:data:`REALTIME_PRIORITY`, and lerobot's async inference."""
+:data:`REALTIME_PRIORITY`, lerobot's async inference, and the machine's floor
+(:func:`run_bare_loop` at the same priority)."""
 REALTIME_PRIORITY = 50
 
 
@@ -499,6 +570,9 @@ def _rows(hz: float, sides: Mapping[str, Mapping[str, Any]]) -> list[list[Any]]:
         row("gc collections in the loop's process", "gc_collections"),
         row("longest gc pause (ms)", "gc_max_pause_ms"),
         row("weight swaps (every 2 s)", "swaps"),
+        row("CPU stolen by the hypervisor (ms)", "steal_ms"),
+        row("stalls (an interval over 1.5 periods)", "stalls"),
+        row("stalls with no CPU stolen", "stalls_without_steal"),
     ]
 
 
@@ -514,6 +588,9 @@ def _summary(side: Mapping[str, Any]) -> dict[str, Any]:
         "gc_collections": "gc_collections",
         "gc_max_pause_ms": "gc_max_pause_ms",
         "swaps": "swaps",
+        "steal_ms": "steal_ms",
+        "stalls": "stalls",
+        "stalls_without_steal": "stalls_without_steal",
         "error": "error",
     }
     out = {name: side[key] for key, name in keys.items() if key in side}
@@ -536,6 +613,22 @@ def _ours(act_dir: Path, hz: float, seconds: float, workdir: Path, priority: int
     return ours
 
 
+def _bare(hz: float, seconds: float, priority: int) -> dict[str, Any]:
+    from robotrl.actor.realtime import RealtimeError
+
+    try:
+        return run_bare_loop(hz, seconds, priority)
+    except RealtimeError as exc:
+        return {"error": str(exc)}
+
+
+def _stolen(side: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """``side(*args)``'s figures with the CPU time the hypervisor stole while it ran."""
+    before = steal_jiffies()
+    figures = side(*args)
+    return {**figures, "steal_ms": steal_ms(steal_jiffies() - before) if before >= 0 else math.nan}
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     seconds = 15.0 if quick else 60.0
     rows: list[list[Any]] = []
@@ -547,9 +640,10 @@ def run(quick: bool = False) -> dict[str, Any]:
         start, updates = time.perf_counter(), learner.updates
         for hz in RATES:
             sides = {
-                "robotrl": _ours(act_dir, hz, seconds, workdir, 0),
-                "robotrl_realtime": _ours(act_dir, hz, seconds, workdir, REALTIME_PRIORITY),
-                "lerobot": {**run_lerobot(act_dir, hz, seconds, workdir), "swaps": "not supported"},
+                "robotrl": _stolen(_ours, act_dir, hz, seconds, workdir, 0),
+                "robotrl_realtime": _stolen(_ours, act_dir, hz, seconds, workdir, REALTIME_PRIORITY),
+                "lerobot": {**_stolen(run_lerobot, act_dir, hz, seconds, workdir), "swaps": "not supported"},
+                "bare_loop": _stolen(_bare, hz, seconds, REALTIME_PRIORITY),
             }
             rows += _rows(hz, sides)
             result[f"hz_{hz:g}"] = {side: _summary(figures) for side, figures in sides.items()}
@@ -563,7 +657,13 @@ def run(quick: bool = False) -> dict[str, Any]:
         f"actor: {rates} Hz wall clock, ACT held to >= {INFER_PERIODS} periods of inference, "
         f"swaps every 2 s, a learner updating on the same cores ({learner_rate:.2f} updates/s), "
         f"{seconds:.0f} s per side and rate",
-        ["metric", "robotrl", f"robotrl, SCHED_FIFO {REALTIME_PRIORITY}", "lerobot async inference"],
+        [
+            "metric",
+            "robotrl",
+            f"robotrl, SCHED_FIFO {REALTIME_PRIORITY}",
+            "lerobot async inference",
+            "bare loop (the machine's floor)",
+        ],
         rows,
         result,
     )

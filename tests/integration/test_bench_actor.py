@@ -1,9 +1,10 @@
-"""`robotrl bench actor --quick` runs our actor (normal and SCHED_FIFO) and lerobot's at 100 and
-200 Hz beside a busy learner, and reports every side."""
+"""`robotrl bench actor --quick` runs our actor (normal and SCHED_FIFO), lerobot's and the bare
+loop (the machine's floor) at 100 and 200 Hz beside a busy learner, and reports every side."""
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -35,7 +36,11 @@ def test_bench_actor_quick_reports_ours_and_lerobots_figures():
     assert result["learner_updates_per_s"] > 0  # the learner really updated beside the actors
     for rate in ("hz_100", "hz_200"):
         sides = result[rate]
-        assert set(sides) == {"robotrl", "robotrl_realtime", "lerobot"}
+        assert set(sides) == {"robotrl", "robotrl_realtime", "lerobot", "bare_loop"}
+        floor = sides["bare_loop"]
+        assert "error" in floor or floor["ticks_lost"] >= 0 <= floor["missed_deadlines"], floor
+        assert all(side["steal_ms"] >= 0 or math.isnan(side["steal_ms"]) for side in sides.values())
+        assert 0 <= sides["robotrl"]["stalls_without_steal"] <= sides["robotrl"]["stalls"]
         assert "error" not in sides["robotrl"] and "error" not in sides["lerobot"], sides
         for side in ("robotrl", "lerobot"):
             for key in FIGURES:
