@@ -134,14 +134,23 @@ def test_a_packed_batch_with_nan_or_bad_indices_or_bool_bytes_is_refused():
     assert _reason(_packed_message(instruction_index=-1)) == "schema"
     assert _reason(_packed_message(next_rows=7)) == "schema"
     message = _packed_message()
-    frame = message.arrays["columns"].copy()
     bools = next(s for s in layout(PackedDims.parse(message.meta["dims"])).sections if s.dtype.kind == "b")
-    frame[bools.span.start] = 2
-    assert _reason(_with(message, {**message.arrays, "columns": frame})) == "dtype"
+    for where in (bools.span.start, bools.span.stop - 1):
+        frame = message.arrays["columns"].copy()
+        frame[where] = 2
+        assert _reason(_with(message, {**message.arrays, "columns": frame})) == "dtype"
 
 
 @pytest.mark.parametrize(
-    "index", [np.full(4, -1, np.int32), np.full(4, -(2**31), np.int32), np.full(4, 2, np.int64), np.zeros(4)]
+    "index",
+    [
+        np.full(4, -1, np.int32),
+        np.full(4, -(2**31), np.int32),
+        np.full(4, 2, np.int64),
+        np.array([0, 1, -1, 0], np.int16),
+        np.array([0, 1, 1, 2], np.uint8),
+        np.zeros(4),
+    ],
 )
 def test_a_batch_whose_instruction_indices_are_negative_past_the_end_or_not_integers_is_refused(index):
     with pytest.raises(ValueError, match="instruction_index"):
