@@ -2,7 +2,7 @@
 
 Roles that run on the shared Hydra config get a validated
 :class:`~robotrl.config.schema.RobotRLConfig`; tool-like roles (``bench``,
-``keys``) parse their own flags. A role that is not built yet says so, names the
+``keys``, ``launch``, ``vla``) parse their own flags. A role that is not built yet says so, names the
 issue that tracks it, and exits non-zero; it never pretends to run.
 """
 
@@ -78,7 +78,7 @@ ROLES: tuple[Role, ...] = (
     ),
     Role(
         "vla",
-        "make a real VLA (lerobot's SmolVLA) offline with random weights: robotrl vla init --size tiny",
+        "make a real VLA (lerobot's SmolVLA or pi0.5) offline, random weights: robotrl vla init --out DIR",
         "robotrl.policy.vla:main",
         uses_config=False,
     ),
@@ -105,7 +105,7 @@ def usage() -> str:
     width = max(len(r.name) for r in ROLES)
     lines = [
         "usage: robotrl <role> [Hydra overrides, e.g. env=so101_pick_place actor.strategy=blend]",
-        "       robotrl <role> --help    (the role and every config field it reads)",
+        "       robotrl <role> --help    (the role and every config field)",
         "",
         "roles:",
     ]

@@ -1,7 +1,7 @@
 """`robotrl experiment experiment=NAME [overrides]`: run a named experiment.
 
-``experiment=demo`` (what `make demo` runs) and ``experiment=demo_quick`` run the
-fine-tuning demo; ``experiment=latency_sweep`` sweeps latency models and strategies.
+``experiment=demo`` (what `make demo` runs), ``demo_quick``, ``demo_pixels`` and ``vla_demo`` run
+the fine-tuning demo; ``experiment=latency_sweep`` sweeps latency models and strategies.
 """
 
 from __future__ import annotations
