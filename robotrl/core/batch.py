@@ -56,8 +56,8 @@ _ARRAY_ROWS: Final = (
 """Per field of :data:`_ARRAYS`: whether it has a row per next observation, and which row size
 it has (an index into scalar, state, action)."""
 _SHAPE: Final = attrgetter("shape")
-_UNSIGNED: Final = {np.dtype(t).itemsize: np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64)}
-"""The unsigned integer dtype of each size (an index array read as unsigned: see __post_init__)."""
+_UNSIGNED: Final[dict[int, np.dtype[Any]]] = {4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+"""The unsigned integer dtype of 4 and 8 bytes (an index array read as unsigned: see __post_init__)."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -120,8 +120,11 @@ class TransitionBatch:
         index = self.instruction_index
         if index.dtype.kind not in "iu":
             raise ValueError(f"instruction_index must hold integers, not {index.dtype}")
-        # One pass, not min and max: a negative index read as unsigned is a huge one. argmax, not
-        # max: it skips the ufunc reduction's set-up, over half of max's time on a batch's rows.
+        if index.itemsize < 4 or not index.dtype.isnative:  # rare: widened first, so the view holds
+            index = index.astype(np.int64)
+        # One pass, not min and max: a negative index read as unsigned is at least 2**31, more
+        # than any list of instructions. argmax, not max: it skips the ufunc reduction's set-up,
+        # over half of max's time on a batch's rows.
         unsigned = index.view(_UNSIGNED[index.itemsize])
         if n and unsigned[unsigned.argmax()] >= len(self.instructions):
             raise ValueError("instruction_index points outside instructions")

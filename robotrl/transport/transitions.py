@@ -27,7 +27,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -346,19 +346,15 @@ class TransitionSender:
                 return
             seq = self._next_seq
             self._next_seq += 1
-            batches = 1  # what _take_message cannot pack, it raises for one batch alone
             try:
-                plain, bad, batches = self._take_message()
-                meta = {**plain.meta, "stream": self.stream, "batches": batches}
-                frames = encode(Message(plain.kind, plain.sender, seq, plain.arrays, meta))
-            except WireError as exc:
-                self._dropped(seq, batches, f"cannot be encoded ({exc}); dropped", loudly=True)
+                frames, rows, bad, batches = self._take_message(seq)
+            except WireError as exc:  # raised for one batch alone: a joined one is taken apart
+                self._dropped(seq, 1, f"cannot be encoded ({exc}); dropped", loudly=True)
                 continue
             if bad:  # the learner would refuse it, and never acknowledge it
                 self._dropped(seq, 1, f"holds NaN or inf in {bad}; dropped, not sent", loudly=True)
                 self._counts.add("non_finite")
                 continue
-            rows = PackedDims.parse(meta["dims"]).rows
             key = (self.stream, seq)
             if self._in_memory < self._max_inflight:
                 path = self._journal(key, frames, batches) if self._write_ahead else None
@@ -378,13 +374,13 @@ class TransitionSender:
                     continue
             self._dropped(seq, batches, "memory full and no spool")
 
-    def _take_message(self) -> tuple[Message, list[str], int]:
-        """The oldest queued batch as a message (sequence number 0), joined with those queued
-        behind it while they fit in one message of ``coalesce_bytes`` (same dimensions and
-        cameras), the fields in it that hold NaN or infinity, and how many batches it joins: a
+    def _take_message(self, seq: int) -> tuple[list[Frame], int, list[str], int]:
+        """The oldest queued batch encoded as message ``seq``, joined with those queued behind it
+        while they fit in one message of ``coalesce_bytes`` (same dimensions and cameras); its
+        rows, the fields in it that hold NaN or infinity, and how many batches it joins: a
         backlog travels in few messages, each numbered, spooled and acknowledged once. Joined
         batches that hold NaN or inf, or do not encode, are taken apart again: they go alone, so
-        only the one at fault is dropped."""
+        only the one at fault is dropped (:class:`WireError` for it)."""
         group = [self._handoff.popleft()]
         if self._alone:
             self._alone -= 1
@@ -398,16 +394,23 @@ class TransitionSender:
                 group.append(self._handoff.popleft())
         if len(group) > 1:
             try:
-                plain = joined_batches_to_message(group, 0)
+                plain = joined_batches_to_message(group, seq)
                 if not packed_non_finite(plain):
+                    frames, rows = self._encoded(plain, len(group))
                     self._counts.add("joined", len(group) - 1)
-                    return plain, [], len(group)
+                    return frames, rows, [], len(group)
             except WireError:
                 pass
             self._handoff.extendleft(reversed(group[1:]))
             self._alone = len(group) - 1
-        plain = joined_batches_to_message(group[:1], 0)
-        return plain, packed_non_finite(plain), 1
+        plain = joined_batches_to_message(group[:1], seq)
+        bad = packed_non_finite(plain)
+        return *self._encoded(plain, 1), bad, 1
+
+    def _encoded(self, plain: Message, batches: int) -> tuple[list[Frame], int]:
+        """The frames of ``plain`` as this stream's message of ``batches`` batches, and its rows."""
+        frames = encode(replace(plain, meta={**plain.meta, "stream": self.stream, "batches": batches}))
+        return frames, PackedDims.parse(plain.meta["dims"]).rows
 
     def _dropped(self, seq: int, batches: int, why: str, loudly: bool = False) -> None:
         """A numbered message given up: counted (pings tell the learner's ledger), logged

@@ -73,6 +73,17 @@ def message_to_transition_batch(message: Message) -> TransitionBatch:
     wrote (an actor's spool or a learner's journal may hold such batches across an upgrade)."""
     if message.kind != TRANSITIONS:
         raise WireError("schema", f"expected a {TRANSITIONS!r} message, got {message.kind!r}")
+    try:
+        return _transition_batch(message)
+    except WireError:
+        raise
+    except (ValueError, TypeError, OverflowError, MemoryError) as exc:
+        # A peer's message: whatever numpy or the batch raise on it is a refusal, never a crash.
+        raise WireError("schema", f"inconsistent transition batch: {exc}") from exc
+
+
+def _transition_batch(message: Message) -> TransitionBatch:
+    """:func:`message_to_transition_batch`'s work, which may raise more than :class:`WireError`."""
     arrays = message.arrays
     images, next_images, plain = {}, {}, set()
     for name, array in arrays.items():
@@ -96,16 +107,13 @@ def message_to_transition_batch(message: Message) -> TransitionBatch:
     instructions = message.meta.get("instructions")
     if not isinstance(instructions, list) or not all(isinstance(s, str) for s in instructions):
         raise WireError("schema", "meta.instructions must be a list of strings")
-    try:
-        return TransitionBatch(
-            actor_id=message.sender,
-            images=images,
-            next_images=next_images,
-            instructions=tuple(instructions),
-            **columns,
-        )
-    except ValueError as exc:
-        raise WireError("schema", f"inconsistent transition batch: {exc}") from exc
+    return TransitionBatch(
+        actor_id=message.sender,
+        images=images,
+        next_images=next_images,
+        instructions=tuple(instructions),
+        **columns,
+    )
 
 
 def _unpacked_columns(arrays: Mapping[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:

@@ -46,8 +46,8 @@ def dealer(ctx: zmq.Context, endpoint: str) -> zmq.Socket:
     return sock
 
 
-def batch_from(sender: str, seq: int, stream: str = "s0") -> list:
-    return encode(Message(BATCH.kind, sender, seq, BATCH.arrays, {**BATCH.meta, "stream": stream}))
+def batch_from(sender: str, seq: int, stream: str = "s0", **meta: object) -> list:
+    return encode(Message(BATCH.kind, sender, seq, BATCH.arrays, {**BATCH.meta, "stream": stream, **meta}))
 
 
 @pytest.mark.timeout(300)
@@ -96,6 +96,24 @@ def test_implausible_counts_in_pings_and_batches_are_refused():
         sock.send_multipart(batch_from("actor-0", 5_000_000, stream="s9"))  # a long-lived actor's
         item = rx.recv_item(30.0)  # stream, new to this learner: its first number is not absurd
         assert item is not None and (item.stream, item.seq) == ("s9", 5_000_000)
+    finally:
+        sock.close()
+        ctx.term()
+        rx.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_batch_whose_dims_describe_terabytes_is_refused_and_the_receiver_goes_on():
+    rx = TransitionReceiver("tcp://127.0.0.1:0", **LINK)
+    ctx = zmq.Context()
+    sock = dealer(ctx, rx.endpoint)
+    try:
+        for dims in ([2**31 - 1, 1, 2**31 - 1, 6], [2**20, 0, 2**20, 0]):
+            sock.send_multipart(batch_from("actor-0", 3, dims=dims))
+        wait_until(lambda: rx.stats()["rejected_schema"] == 2, 30, "both refused")
+        sock.send_multipart(batch_from("actor-0", 3))
+        item = rx.recv_item(30.0)
+        assert item is not None and (item.actor_id, item.seq) == ("actor-0", 3)
     finally:
         sock.close()
         ctx.term()

@@ -475,6 +475,19 @@ def test_a_joined_batch_with_a_bad_one_goes_apart_and_only_the_batch_at_fault_is
     np.testing.assert_array_equal(ticks, [t for t in range(40) if not 20 <= t < 24])
 
 
+def test_batches_that_encode_alone_but_not_joined_go_alone_and_none_is_dropped(tmp_path):
+    """Nine instructions of 40 KiB fit a header each, not together (256 KiB): the joined message
+    fails to encode, and its batches go one by one instead of being dropped with it."""
+    batches = [small_batch("actor-0", i) for i in range(10)]
+    batches = [
+        dataclasses.replace(b, instructions=(f"{i:05d}" + "x" * 40_000,)) for i, b in enumerate(batches)
+    ]
+    taken, stats = _queued_behind_a_learner_away(tmp_path, batches, rows=40)
+    assert [len(b) for b in taken] == [4] * 10
+    assert stats.get("dropped", 0) == 0 and stats.get("joined", 0) == 0 and stats["acked"] == 10
+    assert [b.instructions[0][:5] for b in taken] == [f"{i:05d}" for i in range(10)]
+
+
 def test_a_receiver_that_cannot_bind_says_so_and_leaves_no_thread_behind():
     """A failed bind used to leave its I/O thread waiting forever on the context of its unbound
     socket (and six descriptors with it), once per attempt."""

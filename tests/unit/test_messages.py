@@ -118,6 +118,9 @@ def test_a_packed_batch_with_wrong_dims_or_length_is_refused():
     for dims in (None, [4, 1, 224], [4, 1, 224, -6], [4, 1, 224, True], [4, 1, 224, 2**40], "4,1,224,6"):
         assert _reason(_with(good, dims=dims)) == "schema", dims
     assert _reason(_with(good, dims=[4, 1, 223, 6])) == "schema"  # another layout: another length
+    # Dims of terabytes with a frame of bytes: refused by the length, nothing allocated for them.
+    for dims in ([2**31 - 1, 1, 2**31 - 1, 6], [2**20, 0, 2**20, 0], [2**31 - 1] * 4):
+        assert _reason(_with(good, dims=dims)) == "schema", dims
     cut = {**good.arrays, "columns": good.arrays["columns"][:-1]}
     assert _reason(_with(good, cut)) == "schema"
     as_floats = {**good.arrays, "columns": good.arrays["columns"].view(np.float32)}
@@ -157,6 +160,21 @@ def test_a_batch_whose_instruction_indices_are_negative_past_the_end_or_not_inte
         dataclasses.replace(_small_batch(), instruction_index=index)
 
 
+def test_narrow_or_byte_swapped_instruction_indices_are_bounded_by_their_values():
+    many = tuple(f"task {i}" for i in range(300))  # an int8 -1 read as a byte would be 255: inside
+    with pytest.raises(ValueError, match="instruction_index"):
+        dataclasses.replace(_small_batch(), instructions=many, instruction_index=np.full(4, -1, np.int8))
+    swapped = np.array([0, 1, 1, 0], ">i4")  # read as native bytes, 1 would be 16,777,216
+    assert dataclasses.replace(_small_batch(), instruction_index=swapped).instruction_index.tolist() == [
+        0,
+        1,
+        1,
+        0,
+    ]
+    with pytest.raises(ValueError, match="instruction_index"):
+        dataclasses.replace(_small_batch(), instruction_index=np.array([0, 2, 0, 0], ">i8"))
+
+
 def test_a_packed_message_names_its_fields_that_are_not_finite():
     batch = _small_batch()
     reward, next_state = batch.reward.copy(), batch.next_state.copy()
@@ -169,15 +187,14 @@ def test_a_packed_message_names_its_fields_that_are_not_finite():
 
 def test_the_finiteness_check_finds_nan_and_infinity_anywhere_and_is_not_fooled_by_large_values():
     """The packed check is a dot product with zeros: every position of a vector kernel's body and
-    tail, and finite values whose sum would overflow."""
-    for size in (1, 7, 8, 9, 33, 70, 1001):
-        zeros = np.zeros(size, np.float32)
-        assert _all_finite(np.full(size, 3e38, np.float32), zeros)
+    tail, and finite values whose sum would overflow; its shared zeros grown and read shorter."""
+    for size in (1001, 1, 7, 8, 9, 33, 70, 1001, 2500):
+        assert _all_finite(np.full(size, 3e38, np.float32))
         for position in range(size):
             for value in (np.nan, np.inf, -np.inf):
                 values = np.full(size, 3e38, np.float32)
                 values[position] = value
-                assert not _all_finite(values, zeros), (size, position, value)
+                assert not _all_finite(values), (size, position, value)
 
 
 def test_batches_join_in_order_with_their_instructions_and_next_observations():
