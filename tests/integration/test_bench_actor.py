@@ -38,9 +38,10 @@ def test_bench_actor_quick_reports_ours_and_lerobots_figures():
         sides = result[rate]
         assert set(sides) == {"robotrl", "robotrl_realtime", "lerobot", "bare_loop"}
         floor = sides["bare_loop"]
-        assert "error" in floor or floor["ticks_lost"] >= 0 <= floor["missed_deadlines"], floor
+        hz = int(rate.removeprefix("hz_"))
+        # the bare loop kept the rate: most intervals one period (a loop that never waits: none)
+        assert "error" in floor or floor["interval_jitter_p50_ms"] < 1000 / hz / 2, floor
         assert all(side["steal_ms"] >= 0 or math.isnan(side["steal_ms"]) for side in sides.values())
-        assert 0 <= sides["robotrl"]["stalls_without_steal"] <= sides["robotrl"]["stalls"]
         assert "error" not in sides["robotrl"] and "error" not in sides["lerobot"], sides
         for side in ("robotrl", "lerobot"):
             for key in FIGURES:
