@@ -13,7 +13,9 @@ Measured, from the learner's ``publish`` call (before any copy or serialisation)
 call itself (the snapshot copy), publish-to-installed, to the worker's loader having the
 verified update in the spare slot (the worker's own ``time.monotonic`` stamp), and
 publish-to-active, to the first chunk of the new version entering the actor's action queue
-(the difference: waiting for the running inference, the swap and one inference), after four
+(the difference: waiting for the running inference, the swap and one inference), and
+publish-to-acting, to the first tick whose action came from that chunk (the loop may merge a
+chunk between ticks: the arm acts on it at the next one, up to a period later), after four
 warm-up publications (reported apart) in which the publisher allocates its buffers; missed
 deadlines and starved ticks of the control loop over the whole run; the latest tick start.
 Both weight paths run, one after the other (:data:`PATHS`): shared memory, which an actor on
@@ -93,15 +95,17 @@ def _learner(conn: Connection, actor: Connection, rounds: int, shared_memory: bo
         called = time.monotonic()  # CLOCK_MONOTONIC: one time line for every process on this host
         version = pub.publish(module_tensors(policy))
         returned = time.monotonic()
-        installed = math.nan
+        installed = active = math.nan
         while True:
             if not actor.poll(30):
-                raise RuntimeError(f"version {version} never became active")
+                raise RuntimeError(f"version {version} never acted on")
             event, seen, at = actor.recv()
             if event == "installed" and seen == version:
                 installed = at
             elif event == "active" and seen == version:
-                latencies.append((returned - called, installed - called, at - called))
+                active = at
+            elif event == "acting" and seen == version:
+                latencies.append((returned - called, installed - called, active - called, at - called))
                 break
         time.sleep(0.1)
     actor.send("stop")
@@ -150,12 +154,15 @@ def subscriber(endpoint: str) -> WeightSubscriber:
 
 class _ReportNewVersions:
     """Loop observer: tells the learner when the worker installed each new version in its spare
-    slot (the worker's own time stamp) and when its first chunk reached the queue."""
+    slot (the worker's own time stamp), when its first chunk reached the queue, and when the
+    first tick after that acted (on that chunk: the bench's strategy, naive_async, runs a new
+    chunk from the tick it is merged for)."""
 
     def __init__(self, learner: Connection, backend: Any, loop_stop: Any) -> None:
         self._learner = learner
         self._backend = backend
         self._active = 0
+        self._acting = 0
         self._installed = 0
         self.stop = loop_stop
 
@@ -169,6 +176,9 @@ class _ReportNewVersions:
         if self._learner.poll(0):  # the learner is done: end the episode
             self.stop()
         self._report_installed()
+        if self._active > self._acting:
+            self._acting = self._active
+            self._learner.send(("acting", self._active, time.monotonic()))
 
     def on_chunk(self, episode_id: int, chunk: Any) -> None:
         self._report_installed()  # the loop may merge the new chunk between ticks, before on_tick
@@ -325,12 +335,16 @@ PATHS = {"shm": "one host: shared memory", "socket": "over the socket: pieces, a
 """The two weight paths measured, by the prefix of their figures in the JSON line."""
 
 
-def _path_figures(path: str, measured: list[tuple[float, float, float]]) -> dict[str, Any]:
+PARTS = ("publish_call", "publish_to_installed", "publish_to_active", "publish_to_acting")
+"""The figures of each publication, in the order :func:`_learner` measures them."""
+
+
+def _path_figures(path: str, measured: list[tuple[float, ...]]) -> dict[str, Any]:
     """Percentiles of one path's publications after warm-up, in ms, under ``path``'s prefix."""
     out: dict[str, Any] = {
         f"{path}_warmup_publish_to_active_ms": [round(m[2] * 1000) for m in measured[:WARMUP]]
     }
-    for index, part in enumerate(("publish_call", "publish_to_installed", "publish_to_active")):
+    for index, part in enumerate(PARTS):
         ms = [m[index] * 1000 for m in measured[WARMUP:]]
         out[f"{path}_{part}_ms_p50"] = round(_percentile(ms, 0.5), 1)
         out[f"{path}_{part}_ms_p99"] = round(_percentile(ms, 0.99), 1)
@@ -372,6 +386,8 @@ def run(quick: bool = False) -> dict[str, Any]:
             "publish_to_installed_ms_p99",
             "publish_to_active_ms_p50",
             "publish_to_active_ms_p99",
+            "publish_to_acting_ms_p50",
+            "publish_to_acting_ms_p99",
         )
     }
     result = {
@@ -389,9 +405,10 @@ def run(quick: bool = False) -> dict[str, Any]:
     rows = []
     for path, what in PATHS.items():
         loop = loops[path]
-        for part in ("publish_call", "publish_to_installed", "publish_to_active"):
-            missed = f"{loop['missed']} of {loop['ticks']} ticks" if part == "publish_to_active" else "-"
+        for part in PARTS:
+            missed = f"{loop['missed']} of {loop['ticks']} ticks" if part == "publish_to_acting" else "-"
             label = part.replace("_", " ").replace("active", "first new chunk")
+            label = label.replace("acting", "first action of it")
             rows.append(
                 [
                     f"{what}: {label}",
