@@ -244,31 +244,27 @@ def decode(
             "frame_count", f"header declares {len(specs)} arrays but {len(frames) - 1} frames follow"
         )
 
-    parsed = [_parse_spec(spec, i, limits) for i, spec in enumerate(specs)]
-    views = [_as_bytes_view(f) for f in frames[1:]]
+    # One pass: a frame's size is checked before its view is made, and views allocate nothing,
+    # so a lying header costs no more than it would checked in a pass of its own.
+    arrays: dict[str, npt.NDArray[Any]] = {}
     total = 0
-    names: set[str] = set()
-    for (name, dtype, shape), view in zip(parsed, views, strict=True):
-        if name in names:
+    for index, (spec, frame) in enumerate(zip(specs, frames[1:], strict=True)):
+        name, dtype, shape = _parse_spec(spec, index, limits)
+        if name in arrays:
             raise WireError("header", f"array {name!r} declared twice")
-        names.add(name)
+        view = _as_bytes_view(frame)
         nbytes = math.prod(shape) * dtype.itemsize  # Python ints: a lying header cannot overflow
         total += nbytes
         if total > limits.max_total_bytes:
             raise WireError("oversized", f"declared arrays exceed max_total_bytes {limits.max_total_bytes}")
-        if len(view) < nbytes:
-            raise WireError("truncated", f"array {name!r}: frame has {len(view)} bytes, shape needs {nbytes}")
-        if len(view) > nbytes:
-            raise WireError(
-                "size_mismatch", f"array {name!r}: frame has {len(view)} bytes, shape needs {nbytes}"
-            )
-
-    arrays: dict[str, npt.NDArray[Any]] = {}
-    for (name, dtype, shape), view in zip(parsed, views, strict=True):
-        if dtype.kind == "b" and len(view) and np.frombuffer(view, np.uint8).max() > 1:
+        if len(view) != nbytes:
+            reason = "truncated" if len(view) < nbytes else "size_mismatch"
+            raise WireError(reason, f"array {name!r}: frame has {len(view)} bytes, shape needs {nbytes}")
+        if dtype.kind == "b" and nbytes and np.frombuffer(view, np.uint8).max() > 1:
             raise WireError("dtype", f"bool array {name!r} holds bytes other than 0 and 1")
         arr = np.frombuffer(view, dtype=dtype).reshape(shape)
-        arr.flags.writeable = False
+        if not view.readonly:  # bytes and zmq frames are already read-only
+            arr.flags.writeable = False
         arrays[name] = arr
 
     if require_finite:

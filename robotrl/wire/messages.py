@@ -93,11 +93,7 @@ def _transition_batch(message: Message) -> TransitionBatch:
             next_images[name[len(_NEXT_IMG) :]] = array
         else:
             plain.add(name)
-    if plain == {_COLUMNS}:
-        columns = layout(PackedDims.parse(message.meta.get("dims"))).unpack(arrays[_COLUMNS])
-    elif plain == set(FIELD_DTYPES):
-        columns = _unpacked_columns(arrays)
-    else:
+    if plain != {_COLUMNS} and plain != set(FIELD_DTYPES):
         raise WireError(
             "schema", f"transition arrays {sorted(plain)}: neither {_COLUMNS!r} nor one per field"
         )
@@ -107,12 +103,18 @@ def _transition_batch(message: Message) -> TransitionBatch:
     instructions = message.meta.get("instructions")
     if not isinstance(instructions, list) or not all(isinstance(s, str) for s in instructions):
         raise WireError("schema", "meta.instructions must be a list of strings")
+    if plain == {_COLUMNS}:
+        # The layout cuts each view to the shape the batch requires: only the rest is checked.
+        columns = layout(PackedDims.parse(message.meta.get("dims"))).unpack(arrays[_COLUMNS])
+        return TransitionBatch.of_shaped_columns(
+            message.sender, columns, images, next_images, tuple(instructions)
+        )
     return TransitionBatch(
         actor_id=message.sender,
         images=images,
         next_images=next_images,
         instructions=tuple(instructions),
-        **columns,
+        **_unpacked_columns(arrays),
     )
 
 

@@ -128,6 +128,19 @@ def test_a_packed_batch_with_wrong_dims_or_length_is_refused():
     assert _reason(_with(good, {**good.arrays, "reward": np.zeros(4, np.float32)})) == "schema"
 
 
+@pytest.mark.parametrize("dims", [(4, 1, 224, 6), (0, 0, 3, 2), (9, 3, 1, 1), (2, 2, 0, 7)])
+def test_a_layout_cuts_every_field_to_the_shape_the_batch_requires(dims):
+    """The received batch skips the shape check (``of_shaped_columns``): the layout's views must
+    pass it. ``next_rows`` and the indices are set valid; the other bytes are zeros."""
+    packed = layout(PackedDims(*dims))
+    columns = packed.unpack(np.zeros(packed.nbytes, np.uint8))
+    columns["next_rows"] = np.arange(dims[0] - dims[1], dims[0], dtype=np.int64)
+    checked = TransitionBatch(actor_id="a", images={}, next_images={}, instructions=("",), **columns)
+    trusted = TransitionBatch.of_shaped_columns("a", columns, {}, {}, ("",))
+    assert {k: v.shape for k, v in columns.items()} == {k: getattr(checked, k).shape for k in columns}
+    assert all(getattr(trusted, k) is v for k, v in columns.items())
+
+
 def test_a_packed_batch_with_nan_or_bad_indices_or_bool_bytes_is_refused():
     with pytest.raises(WireError, match="state"):
         message_to_transition_batch(_packed_message(state=np.nan))
