@@ -6,11 +6,14 @@ run in processes of their own (:mod:`hostile_peers`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -46,6 +49,21 @@ def dealer(ctx: zmq.Context, endpoint: str) -> zmq.Socket:
     return sock
 
 
+@contextlib.contextmanager
+def receiver_and_raw_peer(**receiver: Any) -> Iterator[tuple[TransitionReceiver, zmq.Socket]]:
+    """A learner's receiver and a raw DEALER connected to it, to send it whatever frames a
+    hostile peer would; both closed after."""
+    rx = TransitionReceiver("tcp://127.0.0.1:0", **LINK, **receiver)
+    ctx = zmq.Context()
+    sock = dealer(ctx, rx.endpoint)
+    try:
+        yield rx, sock
+    finally:
+        sock.close()
+        ctx.term()
+        rx.close()
+
+
 def batch_from(sender: str, seq: int, stream: str = "s0", **meta: object) -> list:
     return encode(Message(BATCH.kind, sender, seq, BATCH.arrays, {**BATCH.meta, "stream": stream, **meta}))
 
@@ -76,10 +94,7 @@ def test_twenty_thousand_ping_identities_leave_no_state_and_few_log_lines(caplog
 
 @pytest.mark.timeout(120)
 def test_implausible_counts_in_pings_and_batches_are_refused():
-    rx = TransitionReceiver("tcp://127.0.0.1:0", **LINK)
-    ctx = zmq.Context()
-    sock = dealer(ctx, rx.endpoint)
-    try:
+    with receiver_and_raw_peer() as (rx, sock):
         sock.send_multipart(batch_from("actor-0", 3))
         item = rx.recv_item(30.0)
         assert item is not None and (item.actor_id, item.seq) == ("actor-0", 3)
@@ -96,37 +111,23 @@ def test_implausible_counts_in_pings_and_batches_are_refused():
         sock.send_multipart(batch_from("actor-0", 5_000_000, stream="s9"))  # a long-lived actor's
         item = rx.recv_item(30.0)  # stream, new to this learner: its first number is not absurd
         assert item is not None and (item.stream, item.seq) == ("s9", 5_000_000)
-    finally:
-        sock.close()
-        ctx.term()
-        rx.close()
 
 
 @pytest.mark.timeout(120)
 def test_a_batch_whose_dims_describe_terabytes_is_refused_and_the_receiver_goes_on():
-    rx = TransitionReceiver("tcp://127.0.0.1:0", **LINK)
-    ctx = zmq.Context()
-    sock = dealer(ctx, rx.endpoint)
-    try:
+    with receiver_and_raw_peer() as (rx, sock):
         for dims in ([2**31 - 1, 1, 2**31 - 1, 6], [2**20, 0, 2**20, 0]):
             sock.send_multipart(batch_from("actor-0", 3, dims=dims))
         wait_until(lambda: rx.stats()["rejected_schema"] == 2, 30, "both refused")
         sock.send_multipart(batch_from("actor-0", 3))
         item = rx.recv_item(30.0)
         assert item is not None and (item.actor_id, item.seq) == ("actor-0", 3)
-    finally:
-        sock.close()
-        ctx.term()
-        rx.close()
 
 
 @pytest.mark.timeout(120)
 def test_actors_beyond_the_cap_wait_until_one_falls_silent():
     clock = VirtualClock()
-    rx = TransitionReceiver("tcp://127.0.0.1:0", max_actors=2, clock=clock.now, **LINK)
-    ctx = zmq.Context()
-    sock = dealer(ctx, rx.endpoint)
-    try:
+    with receiver_and_raw_peer(max_actors=2, clock=clock.now) as (rx, sock):
         for actor in ("a", "b", "c"):
             sock.send_multipart(batch_from(actor, 0))
         wait_until(lambda: rx.stats()["refused_actors"] == 1, 30, "the third actor refused")
@@ -137,10 +138,6 @@ def test_actors_beyond_the_cap_wait_until_one_falls_silent():
         assert len(rx.actors_alive()) == 2
         taken = {rx.recv_item(30.0).actor_id for _ in range(3)}  # type: ignore[union-attr]
         assert taken == {"a", "b", "c"}
-    finally:
-        sock.close()
-        ctx.term()
-        rx.close()
 
 
 @pytest.mark.timeout(300)
