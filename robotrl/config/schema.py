@@ -123,8 +123,9 @@ def policy_settings(cfg: RobotRLConfig) -> Problems:
         out.append(("policy.noise_scale", "applies to the built-in flow policy (policy.kind=flow) only"))
     if p.kind is PolicyKind.lerobot and not p.path and cfg.experiment.vla is None:  # the demo makes one
         out.append(("policy.path", "a lerobot policy needs a local directory (no hub downloads)"))
-    eval_noise = cfg.experiment.eval_noise_scale
-    if eval_noise is not None and p.kind is not PolicyKind.flow:
+    # A lerobot policy is the other kind an experiment evaluates; the expert a preset is
+    # recorded with (`robotrl record experiment=demo policy.kind=expert`) evaluates nothing.
+    if cfg.experiment.eval_noise_scale is not None and p.kind is PolicyKind.lerobot:
         out.append(
             ("experiment.eval_noise_scale", "applies to the built-in flow policy (policy.kind=flow) only")
         )

@@ -82,6 +82,13 @@ def test_bad_value_fails_naming_the_field(overrides, field):
         load_config(overrides)
 
 
+def test_a_preset_with_an_evaluation_setting_records_with_the_expert():
+    """`robotrl record experiment=demo_pixels policy.kind=expert`: the preset's
+    experiment.eval_noise_scale is no problem for a policy that is never evaluated."""
+    cfg = load_config(["experiment=demo_pixels", "policy.kind=expert"])
+    assert cfg.experiment.eval_noise_scale == 0.0
+
+
 def test_every_problem_is_reported_at_once():
     with pytest.raises(ConfigError) as info:
         load_config(["env.control_hz=-1", "learner.batch_size=0"])
