@@ -135,9 +135,9 @@ def test_a_layout_cuts_every_field_to_the_shape_the_batch_requires(dims):
     packed = layout(PackedDims(*dims))
     columns = packed.unpack(np.zeros(packed.nbytes, np.uint8))
     columns["next_rows"] = np.arange(dims[0] - dims[1], dims[0], dtype=np.int64)
-    checked = TransitionBatch(actor_id="a", images={}, next_images={}, instructions=("",), **columns)
+    # The checked constructor raises ValueError naming any field the layout cut wrongly.
+    TransitionBatch(actor_id="a", images={}, next_images={}, instructions=("",), **columns)
     trusted = TransitionBatch.of_shaped_columns("a", columns, {}, {}, ("",))
-    assert {k: v.shape for k, v in columns.items()} == {k: getattr(checked, k).shape for k in columns}
     assert all(getattr(trusted, k) is v for k, v in columns.items())
 
 
