@@ -104,8 +104,9 @@ class TransitionBatch:
 
     def __post_init__(self) -> None:
         """Check that every column agrees on N (and M for next observations) and on its row shape,
-        and that the indices point inside the batch. Runs on every batch a learner receives: kept
-        to a few microseconds (the shapes of all plain fields compared as one tuple)."""
+        and that the indices point inside the batch. Kept to a few microseconds (the shapes of all
+        plain fields compared as one tuple); a batch received packed skips the shapes
+        (:meth:`of_shaped_columns`)."""
         if self.state.ndim != 2 or self.action.ndim != 2:
             raise ValueError(f"state {self.state.shape} and action {self.action.shape} must be (N, dim)")
         rows, next_rows = len(self.state), len(self.next_rows)
