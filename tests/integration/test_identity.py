@@ -82,7 +82,9 @@ def test_a_second_live_process_with_the_same_actor_id_fences_the_first_and_nothi
     spool = tmp_path / "spool"
     rx = TransitionReceiver("tcp://127.0.0.1:0", **LINK)
     got: list[Received] = []
-    older = _spawn(rx.endpoint, 400, 0.02, spool)
+    # The older process stops sending once fenced, so its budget (80 s) only has to outlast the
+    # newer one's start-up: with 400 batches (8 s) it once finished and flushed first.
+    older = _spawn(rx.endpoint, 4000, 0.02, spool)
     newer = None
     try:
 
