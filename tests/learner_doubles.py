@@ -67,7 +67,7 @@ class MLPChunkPolicy(nn.Module):
         return self._forward(state, pre, torch.tensor([delay]))[0].numpy()
 
     def trainable_tensors(self) -> dict[str, np.ndarray]:
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
+        return {k: v.detach().to("cpu", copy=True).numpy() for k, v in self.named_parameters()}
 
     def load_weights(self, tensors: Mapping[str, np.ndarray], *, zero_copy: bool = False) -> None:
         own = self.state_dict()

@@ -1,13 +1,15 @@
-"""`robotrl bench learner --ranks N`: RAPI update groups as one learner rank and as N
-data-parallel ranks (robotrl/learner/distributed.py), and where a rank's time goes.
+"""`robotrl bench learner --ranks N`: RAPI update groups as one learner rank, as N
+data-parallel ranks (robotrl/learner/distributed.py) and as N ranks sharding the policy
+(``learner.shard_policy``, FSDP2), and where a rank's time goes.
 
 The setup of `robotrl bench learner` (the small flow policy on two 96x96 cameras, the critic
-reading them, batch 256 per rank, the real buffers filled with synthetic episodes), run twice:
-once as one process and once as N processes joined by torch.distributed (gloo on the CPU,
-NCCL with one GPU per rank). Each rank keeps its batch (weak scaling: N ranks train on N times
-the rows per update). On a CPU the cores are split between the ranks (one rank has them all,
-each of N ranks a share), so the comparison is the same machine used two ways; on GPUs each
-rank has its own device.
+reading them, batch 256 per rank, the real buffers filled with synthetic episodes), run three
+times: as one process, and twice as N processes joined by torch.distributed (gloo on the CPU,
+NCCL with one GPU per rank), replicating the policy (DDP), then sharding it. Each rank keeps
+its batch (weak scaling: N ranks train on N times the rows per update). On a CPU the cores
+are split between the ranks (one rank has them all, each of N ranks a share), so the
+comparison is the same machine used two ways; on GPUs each rank has its own device. Each
+group is guarded as the learner's loop guards it.
 
 Rank 0 times, per update: waiting for its sampled batch (``sample``: sampling, or waiting
 on the prefetch thread), encoding and scattering the other ranks' shards (``scatter``), and
@@ -17,7 +19,10 @@ and critic), timed apart: what a step's gradient traffic costs at least.
 
 JSON: ``updates_per_s_<n>_ranks`` and ``samples_per_s_<n>_ranks`` (rows trained on per
 second over all ranks), ``speedup`` (samples/s of N ranks over one) and
-``scaling_efficiency`` (speedup / N).
+``scaling_efficiency`` (speedup / N); for the sharded ranks ``updates_per_s_<n>_ranks_sharded``,
+``sharded_over_replicated`` (their updates/s over the replicated ranks') and
+``policy_held_share_sharded`` (the share of the policy's parameters rank 0 holds between
+updates: 1/N when sharded, against 1 replicated).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 from robotrl.bench.learner import Stream, _default_policy, bench_config, bench_spec
 from robotrl.bench.report import report
@@ -67,6 +73,8 @@ class RankTimes:
     batch: int
     device: str
     trainable: int
+    held_share: float
+    """The share of the policy's parameter elements this rank holds between updates."""
 
 
 def _trainable(policy: torch.nn.Module, algorithm: Algorithm) -> int:
@@ -104,7 +112,16 @@ def _timed(draw: Callable[[], Batch], spent: list[float]) -> Callable[[], Batch]
     return call
 
 
-def _rank(rank: int, world: int, store: str, threads: int, seconds: float, quick: bool, out: str) -> None:
+def _held_share(policy: torch.nn.Module) -> float:
+    """The share of ``policy``'s parameter elements this rank holds (its slices, when sharded)."""
+    params = list(policy.parameters())
+    held = sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in params)
+    return held / max(1, sum(p.numel() for p in params))
+
+
+def _rank(
+    rank: int, world: int, store: str, threads: int, seconds: float, quick: bool, shard: bool, out: str
+) -> None:
     """One rank: rank 0 the learner with buffers, timing update groups; the others followers."""
     torch.set_num_threads(threads)
     cfg = bench_config(quick)
@@ -114,7 +131,7 @@ def _rank(rank: int, world: int, store: str, threads: int, seconds: float, quick
         if device.type == "cuda":
             torch.cuda.set_device(rank)
         dist.init_process_group(backend(device), init_method=f"file://{store}", rank=rank, world_size=world)
-        ranks = Ranks(rank, world)
+        ranks = Ranks(rank, world, shard)
     spec = bench_spec()
     torch.manual_seed(0)  # every rank builds the same networks
     policy = _default_policy(cfg, spec)
@@ -136,15 +153,14 @@ def _rank(rank: int, world: int, store: str, threads: int, seconds: float, quick
             stream = Stream(np.random.default_rng(0))
             for _ in range(FILL_BATCHES):
                 learner.ingest(stream.next())
-            share_state(ranks, learner.algorithm, device)
             prefetcher = Prefetcher(learner.next_batch, learner.prefetch) if learner.prefetch else None
             sample_s, scatter_s = [0.0], [0.0]
             draw = _timed(prefetcher.get if prefetcher else learner.next_batch, sample_s)
             scattered = _timed(BatchScatter(ranks, draw), scatter_s)
 
-            def group() -> None:
+            def group() -> None:  # as the learner's loop runs one, guarded (the followers guard too)
                 learner.commands.run_group(None)
-                learner.algorithm.update_group(scattered)
+                learner.guard.check(0, learner.algorithm.update_group(scattered))
 
             group()  # untimed: optimiser state, caches, DDP's first buckets
             sample_s[0] = scatter_s[0] = 0.0
@@ -172,12 +188,13 @@ def _rank(rank: int, world: int, store: str, threads: int, seconds: float, quick
         cfg.learner.batch_size,
         device.type,
         _trainable(policy, learner.algorithm),
+        _held_share(policy),
     )
     Path(out).write_text(json.dumps(asdict(times)))
     leave(ranks)
 
 
-def _measure(world: int, seconds: float, quick: bool) -> RankTimes:
+def _measure(world: int, seconds: float, quick: bool, shard: bool = False) -> RankTimes:
     """Run ``world`` ranks in spawned processes; rank 0's times."""
     cores = os.cpu_count() or 1
     threads = max(1, cores // world)
@@ -187,7 +204,7 @@ def _measure(world: int, seconds: float, quick: bool) -> RankTimes:
         procs = [
             ctx.Process(
                 target=_rank,
-                args=(r, world, f"{tmp}/store", threads, seconds, quick, str(out)),
+                args=(r, world, f"{tmp}/store", threads, seconds, quick, shard, str(out)),
                 name=f"bench-rank-{r}",
             )
             for r in range(world)
@@ -213,12 +230,13 @@ def run(quick: bool = False, ranks: int = 2) -> dict[str, float | str]:
         raise SystemExit(f"robotrl bench learner --ranks {ranks}: {torch.cuda.device_count()} GPU(s) here")
     seconds = 2.0 if quick else 15.0
     one, many = _measure(1, seconds, quick), _measure(ranks, seconds, quick)
+    sharded = _measure(ranks, seconds, quick, shard=True)
 
     def per_s(t: RankTimes, world: int) -> tuple[float, float]:
         updates = t.updates / t.wall_s
         return updates, updates * t.batch * world
 
-    (u1, s1), (un, sn) = per_s(one, 1), per_s(many, ranks)
+    (u1, s1), (un, sn), (us, ss) = per_s(one, 1), per_s(many, ranks), per_s(sharded, ranks)
     speedup = sn / s1 if s1 > 0 else 0.0
     result: dict[str, float | str] = {
         "bench": "learner_ranks",
@@ -232,6 +250,10 @@ def run(quick: bool = False, ranks: int = 2) -> dict[str, float | str]:
         f"samples_per_s_{ranks}_ranks": round(sn, 1),
         "speedup": round(speedup, 3),
         "scaling_efficiency": round(speedup / ranks, 3),
+        f"updates_per_s_{ranks}_ranks_sharded": round(us, 2),
+        f"samples_per_s_{ranks}_ranks_sharded": round(ss, 1),
+        "sharded_over_replicated": round(us / un, 3) if un > 0 else 0.0,
+        "policy_held_share_sharded": round(sharded.held_share, 3),
         "batch_per_rank": float(many.batch),
         "threads_1_rank": float(one.threads),
         "threads_per_rank": float(many.threads),
@@ -239,7 +261,7 @@ def run(quick: bool = False, ranks: int = 2) -> dict[str, float | str]:
         "groups_timed": float(min(one.groups, many.groups)),
     }
     rows = []
-    for world, t in ((1, one), (ranks, many)):
+    for label, world, t in ((1, 1, one), (ranks, ranks, many), (f"{ranks} sharded", ranks, sharded)):
         ms = 1e3 / t.updates
         compute = t.wall_s - t.sample_s - t.scatter_s
         split = {
@@ -248,8 +270,9 @@ def run(quick: bool = False, ranks: int = 2) -> dict[str, float | str]:
             "compute_ms": compute * ms,
             "allreduce_ms": t.allreduce_ms,
         }
-        result.update({f"{k}_{world}_rank{'s' if world > 1 else ''}": round(v, 2) for k, v in split.items()})
-        rows.append([world, t.threads, t.updates / t.wall_s, *split.values()])
+        suffix = f"{world}_rank{'s' if world > 1 else ''}{'_sharded' if t is sharded else ''}"
+        result.update({f"{k}_{suffix}": round(v, 2) for k, v in split.items()})
+        rows.append([label, t.threads, t.updates / t.wall_s, *split.values()])
     report(
         f"learner as 1 and {ranks} ranks: RAPI at batch {many.batch} per rank, "
         f"{many.trainable / 1e6:.1f}M trainable parameters on {many.device} "

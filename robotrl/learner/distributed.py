@@ -8,6 +8,11 @@ rank 0 broadcasts a command (:class:`GroupCommands`); for each update it samples
 DDP averages the gradients (:meth:`Ranks.wrap`), so every rank steps to bitwise the same
 weights. The other ranks run :func:`follow`, which obeys the commands.
 
+With ``learner.shard_policy`` the policy is sharded instead (FSDP2, :meth:`Ranks.wrap_policy`):
+each rank holds a slice of its parameters, gradients and Adam moments. What rank 0 alone did
+with the whole policy (publish it, checkpoint it) then needs every rank: rank 0 commands a
+gather first (:meth:`GroupCommands.gather_weights`, :meth:`GroupCommands.gather_state`).
+
 A one-process learner uses :data:`SINGLE`, whose collectives are the identity: the algorithms
 and the loop are the same code serial or parallel.
 """
@@ -18,7 +23,8 @@ import dataclasses
 import json
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -30,6 +36,8 @@ from safetensors.numpy import save as save_arrays
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 from torch import nn
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from robotrl.config.load import ConfigError
@@ -42,7 +50,7 @@ WAIT = timedelta(hours=24)
 """How long a rank waits in a collective: rank 0 may wait hours for its actors' first samples
 while the others wait for its first command. A rank that dies ends every rank through torchrun."""
 
-_RUN, _STOP = 1.0, 0.0
+_RUN, _STOP, _GATHER_WEIGHTS, _GATHER_STATE = 1.0, 0.0, 2.0, 3.0
 _LISTS = "lists"
 """Metadata key of a shard's list values (``task``), as JSON: safetensors holds arrays only."""
 _SKELETON = "skeleton"
@@ -55,6 +63,8 @@ class Ranks:
 
     rank: int = 0
     world: int = 1
+    shard: bool = False
+    """Shard the policy over the ranks (FSDP2) instead of replicating it (DDP): ``learner.shard_policy``."""
 
     @property
     def is_main(self) -> bool:
@@ -63,6 +73,10 @@ class Ranks:
     @property
     def parallel(self) -> bool:
         return self.world > 1
+
+    @property
+    def sharded(self) -> bool:
+        return self.parallel and self.shard
 
     def wrap(self, module: nn.Module, *, unused_parameters: bool = False) -> nn.Module:
         """``module`` whose backward averages its gradients over the ranks (DDP); itself alone.
@@ -79,6 +93,42 @@ class Ranks:
         return DistributedDataParallel(
             module, broadcast_buffers=False, find_unused_parameters=unused_parameters
         )
+
+    def wrap_policy(self, module: nn.Module) -> nn.Module:
+        """The policy's training ``module``: :meth:`wrap` (DDP) or, sharded, FSDP2's
+        ``fully_shard`` of the whole module as one unit. Each rank then keeps 1/N of the
+        parameters, gradients and Adam moments between updates, gathers the whole policy
+        for each forward and backward, and reduce-scatters the gradients (averaged, as DDP
+        averages). One unit, not one per transformer block: lerobot's VLAs call their layers'
+        parts directly rather than through each layer's forward, which per-block units hook."""
+        if not self.sharded:
+            return self.wrap(module, unused_parameters=True)
+        with torch.no_grad():  # one model: every rank keeps its slice of rank 0's
+            for tensor in [*module.parameters(), *module.buffers()]:
+                dist.broadcast(tensor, 0)
+        fully_shard(module)
+        return module
+
+    @contextmanager
+    def unsharded(self, module: nn.Module) -> Iterator[None]:
+        """``module``'s sharded parameters gathered whole in place for the block (publishing
+        reads them as plain tensors); every rank enters it together. Nothing when not sharded."""
+        units = [m for m in module.modules() if isinstance(m, FSDPModule)] if self.sharded else []
+        for unit in units:
+            unit.unshard()
+        try:
+            yield
+        finally:
+            for unit in units:
+                unit.reshard()
+
+    def any(self, flag: bool) -> bool:
+        """Whether ``flag`` is set on any rank (every rank gets the same answer)."""
+        if not self.parallel:
+            return flag
+        count = torch.tensor([int(flag)], dtype=torch.int64)
+        dist.all_reduce(count)
+        return bool(count.item())
 
     def sum(self, value: torch.Tensor) -> torch.Tensor:
         """``value`` summed over the ranks (no gradient flows through it)."""
@@ -119,10 +169,11 @@ def backend(device: torch.device) -> str:
     return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
 
 
-def init_ranks(device: torch.device) -> Ranks:
+def init_ranks(device: torch.device, shard: bool = False) -> Ranks:
     """Join the process group torchrun describes (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK`` and its
     rendezvous): :func:`backend`'s, on CUDA with each rank's current device its local GPU
-    (so ``cuda`` means that GPU). Without torchrun (no ``WORLD_SIZE``, or 1): :data:`SINGLE`."""
+    (so ``cuda`` means that GPU). Without torchrun (no ``WORLD_SIZE``, or 1): :data:`SINGLE`.
+    ``shard``: the ranks shard the policy (:meth:`Ranks.wrap_policy`)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return SINGLE
@@ -137,7 +188,7 @@ def init_ranks(device: torch.device) -> Ranks:
         torch.cuda.set_device(local)
     if not dist.is_initialized():
         dist.init_process_group(backend(device), timeout=WAIT)
-    return Ranks(dist.get_rank(), dist.get_world_size())
+    return Ranks(dist.get_rank(), dist.get_world_size(), shard)
 
 
 def leave(ranks: Ranks) -> None:
@@ -149,16 +200,62 @@ def leave(ranks: Ranks) -> None:
         dist.destroy_process_group()
 
 
-def share_state(ranks: Ranks, algorithm: Algorithm, device: torch.device) -> None:
+def share_state(
+    ranks: Ranks, algorithm: Algorithm, device: torch.device, resumed: Mapping[str, Any] | None = None
+) -> None:
     """Give every rank rank 0's state (networks, optimisers, running averages): the others start
     where rank 0 starts, from its checkpoint or its seed, so a rank needs no run folder (a
     learner node of a multi-node run holds no checkpoint) and none can train apart. It crosses
-    as safetensors bytes with a JSON skeleton: no pickle between ranks."""
+    as safetensors bytes with a JSON skeleton: no pickle between ranks. Every rank calls it once,
+    rank 0 with the checkpoint state it ``resumed`` from, if any: a sharded rank 0 holds only
+    its slice of what it loaded, so it sends the checkpoint's whole state rather than its own."""
     if not ranks.parallel:
         return
-    data = _broadcast_bytes(ranks, _pack_state(algorithm.state_dict()) if ranks.is_main else b"")
+    if ranks.sharded:  # rank 0's state is every rank's slices: gathered together unless it resumed
+        flag = torch.tensor([int(resumed is not None)], dtype=torch.int64)
+        dist.broadcast(flag, 0)
+        if not flag.item():
+            resumed = full_state(algorithm.state_dict())
+    source = resumed if resumed is not None else algorithm.state_dict()
+    data = _broadcast_bytes(ranks, _pack_state(source) if ranks.is_main else b"")
     if not ranks.is_main:
         algorithm.load_state_dict(_unpack_state(data, device))
+
+
+def full_state(state: Any) -> Any:
+    """``state`` (nested as a ``state_dict``) with each sharded tensor gathered whole: on every
+    rank, together, for states of one structure, where any tensor is sharded; else ``state``."""
+    if isinstance(state, DTensor):
+        return state.full_tensor()
+    if isinstance(state, Mapping):
+        return {key: full_state(value) for key, value in state.items()}
+    if isinstance(state, list | tuple):
+        return type(state)(full_state(value) for value in state)
+    return state
+
+
+def sharded_like(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``value``, a whole tensor (from a checkpoint or rank 0), cut to this rank's slice where
+    ``like`` is sharded; ``value`` itself otherwise. Every rank holds the whole ``value``, so
+    each cuts its own slice without a collective."""
+    if isinstance(like, DTensor) and not isinstance(value, DTensor):
+        return distribute_tensor(value.to(like.device), like.device_mesh, like.placements, src_data_rank=None)
+    return value
+
+
+def optimizer_state_like(state: Mapping[str, Any], params: list[torch.Tensor]) -> dict[str, Any]:
+    """An optimiser's ``state_dict`` (per-parameter state keyed by index into ``params``) with
+    each tensor shaped as its parameter cut as that parameter is (:func:`sharded_like`)."""
+    per_param = {
+        index: {
+            key: sharded_like(value, params[index])
+            if isinstance(value, torch.Tensor) and value.shape == params[index].shape
+            else value
+            for key, value in moments.items()
+        }
+        for index, moments in state["state"].items()
+    }
+    return {**state, "state": per_param}
 
 
 def _broadcast_bytes(ranks: Ranks, data: bytes) -> bytes:
@@ -283,7 +380,8 @@ def _decode(data: bytes) -> Batch:
 
 class GroupCommands:
     """Rank 0 tells the other ranks, before each update group, to run it (and how far the run
-    is through its budget) or to stop; a no-op for one rank."""
+    is through its budget) or to stop; and, with a sharded policy, to gather it whole with
+    rank 0 before it publishes or checkpoints. A no-op for one rank."""
 
     def __init__(self, ranks: Ranks) -> None:
         self.ranks = ranks
@@ -294,6 +392,16 @@ class GroupCommands:
     def stop(self) -> None:
         self._send(_STOP, 0.0)
 
+    def gather_weights(self) -> None:
+        """Before rank 0 reads the policy's weights (:meth:`Algorithm.policy_weights`)."""
+        if self.ranks.sharded:
+            self._send(_GATHER_WEIGHTS, 0.0)
+
+    def gather_state(self) -> None:
+        """Before rank 0 takes :func:`full_state` of the algorithm's state."""
+        if self.ranks.sharded:
+            self._send(_GATHER_STATE, 0.0)
+
     def _send(self, command: float, progress: float) -> None:
         if self.ranks.parallel:
             dist.broadcast(torch.tensor([command, progress], dtype=torch.float64), 0)
@@ -303,7 +411,7 @@ def follow(algorithm: Algorithm, ranks: Ranks, max_nonfinite_groups: int) -> int
     """A follower rank's whole role: run each group rank 0 commands on the shards it scatters,
     guarded as rank 0 guards (the same metrics and state give the same decisions); the number
     of groups kept, once rank 0 says stop."""
-    guard = UpdateGuard(algorithm, max_nonfinite_groups)
+    guard = UpdateGuard(algorithm, max_nonfinite_groups, ranks.any if ranks.sharded else None)
     guard.remember()
     kept = 0
     while True:
@@ -312,6 +420,12 @@ def follow(algorithm: Algorithm, ranks: Ranks, max_nonfinite_groups: int) -> int
         command, progress = message.tolist()
         if command == _STOP:
             return kept
+        if command == _GATHER_WEIGHTS:
+            algorithm.policy_weights()
+            continue
+        if command == _GATHER_STATE:
+            full_state(algorithm.state_dict())
+            continue
         if progress >= 0:
             algorithm.set_progress(progress)
         result = algorithm.update_group(lambda: receive_shard(ranks))

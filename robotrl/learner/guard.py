@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import torch
+from torch.distributed.tensor import DTensor
 
 from robotrl.core.protocols import Algorithm
 
@@ -52,8 +53,11 @@ def nonfinite_tensors(state: Any, prefix: str = "") -> list[str]:
 
 def _float_tensors(state: Any, prefix: str) -> Iterator[tuple[str, torch.Tensor]]:
     if isinstance(state, torch.Tensor):
-        if state.is_floating_point() and state.numel():
-            yield prefix, state
+        local = (
+            state.to_local() if isinstance(state, DTensor) else state
+        )  # a sharded policy: this rank's slice
+        if local.is_floating_point() and local.numel():
+            yield prefix, local
     elif isinstance(state, np.ndarray):
         if state.dtype.kind == "f" and state.size:
             yield prefix, torch.from_numpy(state)
@@ -82,9 +86,17 @@ def clone_state(state: Any) -> Any:
 class UpdateGuard:
     """Keeps the state after the last good update group and restores it after a bad one."""
 
-    def __init__(self, algorithm: Algorithm, max_nonfinite_groups: int) -> None:
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        max_nonfinite_groups: int,
+        any_rank: Callable[[bool], bool] | None = None,
+    ) -> None:
         self.algorithm = algorithm
         self.max_nonfinite_groups = max_nonfinite_groups
+        self.any_rank = any_rank
+        """Where each rank checks only its slice of a sharded policy: whether any rank found
+        one non-finite (every rank then rolls back together)."""
         self.nonfinite_groups = 0
         """Update groups rolled back, in all."""
         self.consecutive = 0
@@ -99,6 +111,8 @@ class UpdateGuard:
         state becomes the last good one; if not the algorithm is rolled back to the last good
         state (error logged), or :class:`LearnerDivergedError` raised after too many in a row."""
         bad = nonfinite_metrics(metrics) or nonfinite_tensors(self.algorithm.state_dict())
+        if self.any_rank is not None and self.any_rank(bool(bad)) and not bad:
+            bad = ["the policy's slice on another rank"]
         if not bad:
             self.consecutive = 0
             self.remember()

@@ -40,7 +40,7 @@ from robotrl.core.types import WeightUpdate
 from robotrl.learner.admission import Admission
 from robotrl.learner.anchor import AnchorBuffer, AnchorFeeder
 from robotrl.learner.checkpoint import Checkpointer, Counters, NonFiniteStateError
-from robotrl.learner.distributed import SINGLE, BatchScatter, GroupCommands, Ranks
+from robotrl.learner.distributed import SINGLE, BatchScatter, GroupCommands, Ranks, full_state
 from robotrl.learner.guard import UpdateGuard, nonfinite_tensors
 from robotrl.learner.journal import LEDGER_FILE, Journal, load_ledger
 from robotrl.learner.metrics import MetricsLog
@@ -83,7 +83,9 @@ class Learner:
         self.counters = counters or Counters()
         self.admission = admission
         self.snapshots = snapshots
-        self.guard = UpdateGuard(algorithm, cfg.guard.max_nonfinite_groups)
+        self.guard = UpdateGuard(
+            algorithm, cfg.guard.max_nonfinite_groups, ranks.any if ranks.sharded else None
+        )
         self.feeder = AnchorFeeder(online, anchor)
         self.subset = weights_subset
         self.prefetch = prefetch
@@ -275,7 +277,7 @@ class Learner:
 
     def publish(self) -> Mapping[str, npt.NDArray[np.generic]] | None:
         """Send the policy as the next policy version; the weights sent (None: non-finite, not sent)."""
-        weights = self.algorithm.policy_weights()
+        weights = self._policy_weights()
         bad = nonfinite_tensors(weights)
         if bad:  # the update guard catches this first; the wire must never carry it
             self.publish_refused += 1
@@ -297,8 +299,13 @@ class Learner:
         (the policy changes only when it is published) or, before any, the one training started from."""
         if self.snapshots is not None:
             self.snapshots.write(
-                self.counters, published if published is not None else self.algorithm.policy_weights()
+                self.counters, published if published is not None else self._policy_weights()
             )
+
+    def _policy_weights(self) -> Mapping[str, npt.NDArray[np.generic]]:
+        """The policy's weights, gathered with the other ranks where they shard it."""
+        self.commands.gather_weights()
+        return self.algorithm.policy_weights()
 
     def run(self, max_groups: int = 0) -> Counters:
         """Ingest and update until stopped or ``max_groups`` groups ran (0: until stopped)."""
@@ -338,8 +345,6 @@ class Learner:
                     self._log(result)
                 if self.checkpointer and self.counters.groups % self.cfg.checkpoint_every_groups == 0:
                     self.save()
-            # Only here: after an error the other ranks end with it (they raise too, or torchrun ends them).
-            self.commands.stop()
         finally:
             self._stop.set()
             if prefetcher is not None:
@@ -355,6 +360,9 @@ class Learner:
         # may still hold acknowledged batches only in its journal: the checkpoint takes them in).
         if self.checkpointer and (done or (self.journal is not None and self.journal.files())):
             self.save()
+        # Only after the last snapshot and checkpoint, which a sharded policy's ranks gather
+        # together; after an error the other ranks end with it (they raise too, or torchrun ends them).
+        self.commands.stop()
         if not ingesting:  # the last batch handed out is stored (or handed back): say so now
             self.transitions.commit()
         return self.counters
@@ -369,10 +377,12 @@ class Learner:
             journaled = self.journal.files() if self.journal is not None else []
             extra = {LEDGER_FILE: ledger.to_json()} if ledger is not None else {}
             try:
+                self.commands.gather_state()
+                state = full_state(self.algorithm.state_dict())
                 self.checkpointer.save(
-                    self.algorithm.state_dict(),
+                    state,
                     self.counters,
-                    self.algorithm.policy_weights(),
+                    self._policy_weights(),
                     buffers,
                     extra,
                 )

@@ -82,7 +82,8 @@ def build_learner(
     console: bool = True,
     ranks: Ranks = SINGLE,
 ) -> Learner:
-    """Everything but the links and the policy, which the caller provides; rank 0 of ``ranks``."""
+    """Everything but the links and the policy, which the caller provides; rank 0 of ``ranks``,
+    which gives the other ranks its state (:func:`share_state`) before it returns."""
     lrn = cfg.learner
     device = resolve_device(lrn.device)
     rspec = replay_spec(cfg, spec, int(policy.horizon), trained_max_delay(policy))
@@ -96,13 +97,15 @@ def build_learner(
     checkpointer = Checkpointer(cfg.run_dir, Fsync(lrn.fsync))
     checkpointer.remove_leftovers()
     counters = Counters()
+    resumed: dict[str, Any] | None = None
     latest = resume_point(cfg)
     if latest is not None:
-        state, counters = checkpointer.load(latest, device)
-        algorithm.load_state_dict(state)
+        resumed, counters = checkpointer.load(latest, device)
+        algorithm.load_state_dict(resumed)
         # Versions published after this checkpoint are running on the actors: count above them.
         counters.policy_version = max(counters.policy_version, checkpointer.published_version())
         logging.getLogger(__name__).info("resumed from %s: %s", latest, counters)
+    share_state(ranks, algorithm, device, resumed)
     run_dir = Path(cfg.run_dir)
     rerun_path = run_dir / run_folder.LEARNER_RECORDING if lrn.rerun else None
     metrics = MetricsLog(run_dir / run_folder.LEARNER_METRICS, console=console, rerun_path=rerun_path)
@@ -210,7 +213,7 @@ def run_learner(cfg: RobotRLConfig) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.manual_seed(cfg.seed)
-    ranks = init_ranks(resolve_device(cfg.learner.device))
+    ranks = init_ranks(resolve_device(cfg.learner.device), cfg.learner.shard_policy)
     if not ranks.is_main:
         if cfg.learner.torch_threads:
             torch.set_num_threads(cfg.learner.torch_threads)
@@ -230,7 +233,6 @@ def run_learner(cfg: RobotRLConfig) -> int:
     policy = build_policy(cfg.policy, spec)  # from policy.path when set: fine-tuning starts there
     transitions, weights = _open_links(cfg)
     learner = build_learner(cfg, policy, spec, transitions, weights, ranks=ranks)
-    share_state(ranks, learner.algorithm, resolve_device(cfg.learner.device))
     if cfg.learner.offline:
         check_offline_demos(learner, cfg.learner.learning_starts)
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -23,6 +23,7 @@ After the asynchronous replay-anchored post-training of RAPolicy (docs/methods.m
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from collections.abc import Callable, Mapping
@@ -36,7 +37,7 @@ from torch import nn
 from robotrl.config.learner import AdvantageKind, LearnerConfig
 from robotrl.core import keys
 from robotrl.learner import samples
-from robotrl.learner.distributed import SINGLE, Ranks
+from robotrl.learner.distributed import SINGLE, Ranks, optimizer_state_like, sharded_like
 from robotrl.learner.nets import Critic
 from robotrl.learner.torch_utils import autocast, to_torch
 from robotrl.policy.augment import shift_batch_images
@@ -113,7 +114,8 @@ class PolicyTrainer:
             prepare(device)
         else:
             policy.to(device)
-        self.policy_loss = ranks.wrap(PerSampleLoss(policy), unused_parameters=True)
+        self.policy_loss = ranks.wrap_policy(PerSampleLoss(policy))
+        # After wrapping: sharding replaces the parameters with their slices.
         self.policy_params = [p for p in policy.parameters() if p.requires_grad]
         self.policy_lr = cfg.policy_lr or cfg.lr
         """The policy's learning rate now (``set_progress`` anneals it)."""
@@ -166,12 +168,10 @@ class PolicyTrainer:
 
     def policy_weights(self) -> Mapping[str, npt.NDArray[np.generic]]:
         """What the learner publishes and checkpoints: the weight average when there is one."""
-        if self.policy_average is None:
+        average = self.policy_average.swapped_in() if self.policy_average else contextlib.nullcontext()
+        with average, self.ranks.unsharded(self.policy_loss):
             weights: Mapping[str, npt.NDArray[np.generic]] = self.policy.trainable_tensors()
-            return weights
-        with self.policy_average.swapped_in():
-            averaged: Mapping[str, npt.NDArray[np.generic]] = self.policy.trainable_tensors()
-        return averaged
+        return weights
 
     def policy_state(self) -> dict[str, Any]:
         """The policy's part of a checkpoint (the algorithm adds its own)."""
@@ -182,12 +182,18 @@ class PolicyTrainer:
         }
 
     def load_policy_state(self, state: Mapping[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.policy_opt.load_state_dict(state["policy_opt"])
+        """Load a state from :meth:`policy_state`; a sharded policy's whole tensors (from a
+        checkpoint or rank 0) are cut to this rank's slices."""
+        live = self.policy.state_dict()
+        self.policy.load_state_dict({k: sharded_like(v, live.get(k, v)) for k, v in state["policy"].items()})
+        self.policy_opt.load_state_dict(optimizer_state_like(state["policy_opt"], self.policy_params))
         saved = state.get("policy_average")
         if self.policy_average is not None:
             # A checkpoint from before the average was turned on starts it at its weights.
-            self.policy_average.load(saved if saved is not None else self.policy_params)
+            source = saved if saved is not None else self.policy_params
+            self.policy_average.load(
+                [sharded_like(v, p) for v, p in zip(source, self.policy_params, strict=True)]
+            )
 
 
 class RAPI(PolicyTrainer):

@@ -67,3 +67,7 @@ def test_learner_bench_with_two_ranks_compares_them_with_one_and_splits_rank_zer
     assert last["scatter_ms_2_ranks"] > 0 and last["allreduce_ms_2_ranks"] > 0
     assert last["scatter_ms_1_rank"] < last["scatter_ms_2_ranks"] and last["allreduce_ms_1_rank"] == 0
     assert "Grad strides" not in out.stderr  # the 1x1 convolutions' stride notice stays quiet
+    # Sharding the policy (FSDP2): each of two ranks holds half of it between updates.
+    assert last["updates_per_s_2_ranks_sharded"] > 0 and last["policy_held_share_sharded"] == pytest.approx(
+        0.5, abs=0.01
+    )

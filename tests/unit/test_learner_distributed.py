@@ -11,6 +11,7 @@ import pytest
 import torch
 from learner_doubles import MLPChunkPolicy, episode_batch, small_learner_config, toy_spec
 from safetensors.torch import load_file, save_file
+from torch.distributed.tensor import DTensor
 
 from robotrl.config.learner import AlgorithmKind, RapiConfig
 from robotrl.config.load import ConfigError
@@ -25,6 +26,7 @@ from robotrl.learner.distributed import (
     _unpack_state,
     backend,
     follow,
+    full_state,
     init_ranks,
     leave,
     share_state,
@@ -38,11 +40,11 @@ DEADLINE_S = 120
 
 def _state(algorithm: object) -> dict[str, torch.Tensor]:
     """The trained networks of ``algorithm``, flat (policy and, after an update, its gradients;
-    for RAPI, critic and target)."""
+    for RAPI, critic and target); a sharded policy gathered whole (every rank calls this)."""
     policy = algorithm.policy  # type: ignore[attr-defined]
-    out = {f"policy.{k}": v.detach().cpu().clone() for k, v in policy.state_dict().items()}
+    out = {f"policy.{k}": v.detach().cpu().clone() for k, v in full_state(policy.state_dict()).items()}
     # The last update's gradients: a loss of the wrong scale still steps Adam alike, not these.
-    grads = {k: p.grad for k, p in policy.named_parameters() if p.grad is not None}
+    grads = full_state({k: p.grad for k, p in policy.named_parameters() if p.grad is not None})
     out.update({f"grad.{k}": g.detach().cpu().clone() for k, g in grads.items()})
     for name in ("critic", "target"):
         net = getattr(algorithm, name, None)
@@ -61,6 +63,7 @@ def _train(
     batch: int,
     apart: bool,
     device: str = "cpu",
+    shard: bool = False,
 ) -> None:
     """One rank of a learner: rank 0 the full learner on four stored episodes, others followers
     (with ``apart``, rank 1's policy moved off rank 0's after building); each writes its final
@@ -73,7 +76,7 @@ def _train(
         torch.distributed.init_process_group(
             backend(torch.device(device)), init_method=f"file://{store}", rank=rank, world_size=world
         )
-        ranks = Ranks(rank, world)
+        ranks = Ranks(rank, world, shard)
     torch.manual_seed(0)
     rapi = RapiConfig(critic_hidden=32, critic_updates_per_group=4, critic_warmup_updates=0, weight_ess=0.5)
     cfg = small_learner_config(
@@ -97,7 +100,6 @@ def _train(
             learner.ingest(
                 episode_batch("a", episode, range(20), end="terminated", rewards=rewards * episode)
             )
-        share_state(ranks, learner.algorithm, torch.device(device))
         counters = learner.run(GROUPS)
         learner.online.close()
         learner.anchor.close()
@@ -110,16 +112,30 @@ def _train(
                 next(policy.parameters()).add_(1.0)
         share_state(ranks, algorithm, torch.device(device))
         published = torch.tensor([0, 0, follow(algorithm, ranks, cfg.learner.guard.max_nonfinite_groups)])
-    save_file({**_state(algorithm), "published": published}, f"{out}/rank{rank}.safetensors")
+    params = list(algorithm.policy.parameters())  # type: ignore[attr-defined]
+    held = sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in params)
+    sizes = torch.tensor([held, sum(p.numel() for p in params)])  # this rank's elements, the policy's
+    save_file({**_state(algorithm), "published": published, "sizes": sizes}, f"{out}/rank{rank}.safetensors")
     leave(ranks)
 
 
 def _launch(
-    tmp: Path, name: str, world: int, kind: str, batch: int, apart: bool = False, device: str = "cpu"
+    tmp: Path,
+    name: str,
+    world: int,
+    kind: str,
+    batch: int,
+    apart: bool = False,
+    device: str = "cpu",
+    shard: bool = False,
 ) -> list[dict[str, torch.Tensor]]:
-    """Run ``world`` ranks in spawned processes; every rank's written state, rank order."""
+    """Run ``world`` ranks in spawned processes; every rank's written state, rank order. A
+    second launch under one ``name`` resumes from the first's run folder."""
     folder = tmp / name
-    folder.mkdir()
+    folder.mkdir(exist_ok=True)
+    for old in folder.glob("rank*.safetensors"):
+        old.unlink()
+    (folder / "store").unlink(missing_ok=True)
     ctx = multiprocessing.get_context("spawn")
     procs = [
         ctx.Process(
@@ -134,6 +150,7 @@ def _launch(
                 batch,
                 apart,
                 device,
+                shard,
             ),
         )
         for r in range(world)
@@ -155,7 +172,7 @@ def test_two_ranks_hold_bitwise_equal_weights_equal_to_one_rank_with_twice_the_b
 ):
     rank0, rank1 = _launch(tmp_path, "two", 2, kind, batch=8)
     (alone,) = _launch(tmp_path, "one", 1, kind, batch=16)
-    nets = [k for k in rank0 if k != "published"]
+    nets = [k for k in rank0 if k not in ("published", "sizes")]
     assert nets and all(torch.equal(rank0[k], rank1[k]) for k in nets)  # DDP: the very same step
     torch.manual_seed(0)
     start = MLPChunkPolicy(2, 4, 3).state_dict()  # as each rank built it: the updates moved it
@@ -173,7 +190,7 @@ def test_two_nccl_ranks_on_two_gpus_hold_bitwise_equal_weights(tmp_path: Path, k
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two CUDA devices")
     rank0, rank1 = _launch(tmp_path, "two", 2, kind, batch=8, device="cuda")
-    nets = [k for k in rank0 if k != "published"]
+    nets = [k for k in rank0 if k not in ("published", "sizes")]
     assert nets and all(torch.equal(rank0[k], rank1[k]) for k in nets)
     assert rank0["published"].tolist() == [GROUPS] * 3 and rank1["published"].tolist() == [0, 0, GROUPS]
 
@@ -197,9 +214,58 @@ def test_a_checkpoint_of_two_ranks_resumes_on_one(tmp_path: Path):
 def test_a_rank_that_starts_apart_takes_rank_zeros_state_and_trains_the_same_weights(tmp_path: Path):
     rank0, rank1 = _launch(tmp_path, "apart", 2, "rapi", batch=8, apart=True)
     together, _ = _launch(tmp_path, "together", 2, "rapi", batch=8)
-    nets = [k for k in rank0 if k != "published"]
+    nets = [k for k in rank0 if k not in ("published", "sizes")]
     assert all(torch.equal(rank0[k], rank1[k]) for k in nets)
     assert all(torch.equal(rank0[k], together[k]) for k in nets)  # as if it had never been apart
+
+
+@pytest.mark.parametrize("kind", ["rapi", "bc"])
+def test_two_ranks_sharding_the_policy_train_the_weights_two_replicating_ranks_train(
+    tmp_path: Path, kind: str
+):
+    sharded = _launch(tmp_path, "sharded", 2, kind, batch=8, shard=True)
+    replicated = _launch(tmp_path, "replicated", 2, kind, batch=8)
+    held, total = sharded[0]["sizes"].tolist()
+    assert held + sharded[1]["sizes"][0].item() == total and held < total  # each rank kept a slice
+    assert replicated[0]["sizes"].tolist() == [total, total]
+    nets = [k for k in sharded[0] if k not in ("published", "sizes")]
+    assert set(nets) == {k for k in replicated[0] if k not in ("published", "sizes")}
+    for k in nets:  # reduce-scatter sums in another order than all-reduce: equal within rounding
+        torch.testing.assert_close(sharded[0][k], replicated[0][k], rtol=1e-4, atol=1e-5, msg=k)
+    critic = [k for k in nets if not k.startswith(("policy.", "grad."))]
+    assert all(torch.equal(sharded[0][k], sharded[1][k]) for k in critic)  # still replicated
+    assert sharded[0]["published"].tolist() == [GROUPS] * 3  # the gathered policy, once per group
+    assert sharded[1]["published"].tolist() == [0, 0, GROUPS]
+
+
+def test_a_sharded_checkpoint_resumes_on_one_rank_and_sharded_again_as_a_replicated_one_does(
+    tmp_path: Path,
+):
+    first, _ = _launch(tmp_path, "sharded", 2, "rapi", batch=8, shard=True)
+    rapi = RapiConfig(critic_hidden=32, critic_updates_per_group=4, critic_warmup_updates=0, weight_ess=0.5)
+    cfg = small_learner_config(
+        str(tmp_path / "sharded" / "run"), rapi, batch_size=16, actor_updates_per_group=2
+    )
+    learner = build_learner(
+        cfg, MLPChunkPolicy(2, 4, 3), toy_spec(), TransitionQueue(), DroppedWeights(), console=False
+    )
+    try:  # the checkpoint holds the policy whole: one unsharded rank takes it as it was
+        resumed = _state(learner.algorithm)
+        assert resumed and all(torch.equal(resumed[k], first[k]) for k in resumed)
+    finally:
+        learner.online.close()
+        learner.anchor.close()
+    # Resumed on two sharded ranks (each cuts its slice of the whole checkpoint, Adam's moments
+    # too), training goes on as from the same checkpoint on two replicated ranks.
+    _launch(tmp_path, "replicated", 2, "rapi", batch=8)
+    again, _ = _launch(tmp_path, "sharded", 2, "rapi", batch=8, shard=True)
+    replicated, _ = _launch(tmp_path, "replicated", 2, "rapi", batch=8)
+    nets = [k for k in again if k not in ("published", "sizes")]
+    assert any(not torch.equal(again[k], first[k]) for k in nets)  # the second session trained
+    for k in nets:
+        torch.testing.assert_close(again[k], replicated[k], rtol=1e-4, atol=1e-5, msg=k)
+    # A resumed learner re-announces its policy, then publishes once per group.
+    assert again["published"].tolist() == [GROUPS + 1, 2 * GROUPS + 1, 2 * GROUPS]
 
 
 def test_a_learner_state_crosses_between_ranks_as_it_was():
