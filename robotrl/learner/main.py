@@ -249,7 +249,12 @@ def run_learner(cfg: RobotRLConfig) -> int:
     Console().print(
         f"[bold]robotrl learner[/bold]: {cfg.learner.algorithm.value} "
         f"on {resolve_device(cfg.learner.device)}"
-        + (f" x {ranks.world} ranks (batch {cfg.learner.batch_size} each)" if ranks.parallel else "")
+        + (
+            f" x {ranks.world} ranks (batch {cfg.learner.batch_size} each"
+            + (", the policy sharded)" if ranks.sharded else ")")
+            if ranks.parallel
+            else ""
+        )
         + f", {links}, "
         f"metrics in {Path(cfg.run_dir) / run_folder.LEARNER_METRICS}"
     )

@@ -185,11 +185,12 @@ def test_two_ranks_hold_bitwise_equal_weights_equal_to_one_rank_with_twice_the_b
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shard", [False, True], ids=["replicated", "sharded"])
 @pytest.mark.parametrize("kind", ["rapi", "bc"])
-def test_two_nccl_ranks_on_two_gpus_hold_bitwise_equal_weights(tmp_path: Path, kind: str):
+def test_two_nccl_ranks_on_two_gpus_hold_bitwise_equal_weights(tmp_path: Path, kind: str, shard: bool):
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two CUDA devices")
-    rank0, rank1 = _launch(tmp_path, "two", 2, kind, batch=8, device="cuda")
+    rank0, rank1 = _launch(tmp_path, "two", 2, kind, batch=8, device="cuda", shard=shard)
     nets = [k for k in rank0 if k not in ("published", "sizes")]
     assert nets and all(torch.equal(rank0[k], rank1[k]) for k in nets)
     assert rank0["published"].tolist() == [GROUPS] * 3 and rank1["published"].tolist() == [0, 0, GROUPS]
