@@ -13,7 +13,8 @@ group is guarded as the learner's loop guards it.
 
 Rank 0 times, per update: waiting for its sampled batch (``sample``: sampling, or waiting
 on the prefetch thread), encoding and scattering the other ranks' shards (``scatter``), and
-the rest (``compute``: forward, backward with DDP's gradient all-reduce, optimiser step).
+the rest (``compute``: forward, backward with DDP's gradient all-reduce, optimiser step;
+sharded, FSDP's gathers and reduce-scatters in place of the all-reduce).
 ``allreduce_ms`` is one all-reduce of a tensor the size of every trainable parameter (policy
 and critic), timed apart: what a step's gradient traffic costs at least.
 
