@@ -95,14 +95,19 @@ def _wait_for(predicate, timeout_s: float, proc: subprocess.Popen[str], what: st
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_launch_runs_learner_and_two_actors_and_weights_reach_the_actors(tmp_path: Path, ranks: int):
+@pytest.mark.parametrize(("ranks", "shard"), [(1, False), (2, False), (2, True)], ids=["1", "2", "2-sharded"])
+def test_launch_runs_learner_and_two_actors_and_weights_reach_the_actors(
+    tmp_path: Path, ranks: int, shard: bool
+):
     # Everything runs until stopped; Ctrl-C comes once both actors executed published weights.
     # (Ending on the learner's budget is decided by Launch._finished: tests/unit/test_launch_rules.py;
     # here it would race an actor still starting up against the learner's last group.)
-    # With two ranks the learner is torchrun's two processes, rank 0 alone on the links.
+    # With two ranks the learner is torchrun's two processes, rank 0 alone on the links; sharded,
+    # every publish and the last checkpoint gather the policy from both.
     run = tmp_path / "run"
-    with _launched(tmp_path, f"launch.learner_ranks={ranks}") as proc:
+    with _launched(
+        tmp_path, f"launch.learner_ranks={ranks}", f"learner.shard_policy={str(shard).lower()}"
+    ) as proc:
         _wait_for(
             lambda: all(_progress(run, a, "policy_version") >= 1 for a in ("actor-0", "actor-1")),
             400,
@@ -130,6 +135,7 @@ def test_launch_runs_learner_and_two_actors_and_weights_reach_the_actors(tmp_pat
     assert all(r["state"] in ("done", "stopped") for r in status.values()), status
     learner_log = (run / "logs" / "learner.log").read_text()
     assert (f"x {ranks} ranks" in learner_log) == (ranks > 1)
+    assert ("the policy sharded" in learner_log) == shard
     assert ("rank 1: stopped after" in learner_log) == (ranks > 1)
     assert (run / "logs" / "torchrun").is_dir() == (ranks > 1)  # torchrun's files, not in /tmp
 
