@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from robotrl.cli import main
@@ -97,3 +98,45 @@ def test_a_second_node_needs_no_run_folder_and_resumes_with_rank_zero(tmp_path: 
     assert not (elsewhere / "runs").exists() and not Path("/nonexistent").exists()
     metrics = read_learner_metrics(tmp_path / "run")
     assert [m["group"] for m in metrics] == [1, 2, 3, 4, 5]  # the second run went on from group 3
+
+
+def test_two_ranks_shard_a_tiny_smolvla_with_lora_and_checkpoint_its_trainable_tensors_whole(tmp_path: Path):
+    # lerobot's own SmolVLA, frozen backbone and LoRA adapters in one sharded unit (FSDP2).
+    from robotrl.sim import make_env
+    from safetensors.numpy import load_file
+
+    from robotrl.config.load import load_config
+    from robotrl.learner.checkpoint import CHECKPOINT_POLICY, Checkpointer
+    from robotrl.policy.lerobot import LerobotChunkPolicy
+    from robotrl.policy.vla import MAKERS
+
+    cams = ["env.cameras=[front,wrist]", "env.image_size=32", "env.max_episode_ticks=60"]
+    env = make_env(load_config(cams).env)
+    vla = MAKERS["smolvla"](tmp_path / "smolvla", "tiny", env.spec, horizon=32)
+    env.close()
+    policy = ["policy=lerobot", f"policy.path={vla}", "policy.lora_rank=4"]
+    trainable = LerobotChunkPolicy.load(
+        vla, env.spec, load_config([*policy, *cams]).policy
+    ).trainable_tensors()
+    demos = tmp_path / "demos"
+    assert main(["record", *cams, "policy=expert", "record.episodes=2", f"record.output_dir={demos}"]) == 0
+    run_dir = tmp_path / "run"
+    argv = [
+        *("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"),
+        *("-m", "robotrl.cli", "learner", *cams, *policy, "learner.shard_policy=true"),
+        *("learner.offline=true", "learner.algorithm=rapi", f"learner.demos_path={demos}"),
+        *("learner.max_groups=2", "learner.actor_updates_per_group=2", "learner.batch_size=4"),
+        *("learner.rapi.critic_updates_per_group=2", "learner.learning_starts=4", "learner.device=cpu"),
+        *("learner.rapi.critic_warmup_updates=0", "learner.torch_threads=1", f"run_dir={run_dir}"),
+    ]
+    env_vars = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=240, env=env_vars)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert "the policy sharded" in out and "rank 1: stopped after 2 groups" in out
+    final = Checkpointer(run_dir).latest()
+    assert final is not None
+    saved = load_file(str(final / CHECKPOINT_POLICY))
+    assert set(saved) == set(trainable)  # the adapters and the expert, whole: not one rank's slices
+    assert all(saved[k].shape == trainable[k].shape for k in saved)
+    assert any(not np.array_equal(saved[k], trainable[k]) for k in saved)  # trained
