@@ -96,17 +96,20 @@ class Ranks:
 
     def wrap_policy(self, module: nn.Module) -> nn.Module:
         """The policy's training ``module``: :meth:`wrap` (DDP) or, sharded, FSDP2's
-        ``fully_shard`` of the whole module as one unit. Each rank then keeps 1/N of the
-        parameters, gradients and Adam moments between updates, gathers the whole policy
-        for each forward and backward, and reduce-scatters the gradients (averaged, as DDP
-        averages). One unit, not one per transformer block: lerobot's VLAs call their layers'
-        parts directly rather than through each layer's forward, which per-block units hook."""
+        ``fully_shard`` of its trainable parameters as one unit. Each rank then keeps 1/N of
+        them, their gradients and Adam moments between updates, gathers them whole for each
+        forward and backward, and reduce-scatters the gradients (averaged, as DDP averages).
+        One unit, not one per transformer block: lerobot's VLAs call their layers' parts
+        directly rather than through each layer's forward, which per-block units hook."""
         if not self.sharded:
             return self.wrap(module, unused_parameters=True)
         with torch.no_grad():  # one model: every rank keeps its slice of rank 0's
             for tensor in [*module.parameters(), *module.buffers()]:
                 dist.broadcast(tensor, 0)
-        fully_shard(module)
+        # A frozen backbone stays whole on every rank: it has no gradient or moments to shard,
+        # and sharded it would be held twice during each step (its slices and the gathered whole).
+        frozen = {p for p in module.parameters() if not p.requires_grad}
+        fully_shard(module, ignored_params=frozen or None)
         return module
 
     @contextmanager
@@ -215,23 +218,26 @@ def share_state(
         flag = torch.tensor([int(resumed is not None)], dtype=torch.int64)
         dist.broadcast(flag, 0)
         if not flag.item():
-            resumed = full_state(algorithm.state_dict())
+            resumed = whole_state(ranks, algorithm.state_dict())
     source = resumed if resumed is not None else algorithm.state_dict()
     data = _broadcast_bytes(ranks, _pack_state(source) if ranks.is_main else b"")
     if not ranks.is_main:
         algorithm.load_state_dict(_unpack_state(data, device))
 
 
-def full_state(state: Any) -> Any:
-    """``state`` (nested as a ``state_dict``) with each sharded tensor gathered whole: on every
-    rank, together, for states of one structure, where any tensor is sharded; else ``state``."""
+def whole_state(ranks: Ranks, state: Any) -> Any:
+    """``state`` (nested as a ``state_dict``) with each sharded tensor gathered whole onto rank
+    0's CPU, one tensor at a time, so no rank holds the whole state on its device; the other
+    ranks only take part and get None. Every rank calls it together, for states of one
+    structure; with nothing sharded it is ``state`` (None off rank 0), without a collective."""
     if isinstance(state, DTensor):
-        return state.full_tensor()
+        whole = state.full_tensor()
+        return whole.cpu() if ranks.is_main else None
     if isinstance(state, Mapping):
-        return {key: full_state(value) for key, value in state.items()}
+        return {key: whole_state(ranks, value) for key, value in state.items()}
     if isinstance(state, list | tuple):
-        return type(state)(full_state(value) for value in state)
-    return state
+        return type(state)(whole_state(ranks, value) for value in state)
+    return state if ranks.is_main else None
 
 
 def sharded_like(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -398,7 +404,7 @@ class GroupCommands:
             self._send(_GATHER_WEIGHTS, 0.0)
 
     def gather_state(self) -> None:
-        """Before rank 0 takes :func:`full_state` of the algorithm's state."""
+        """Before rank 0 takes :func:`whole_state` of the algorithm's state."""
         if self.ranks.sharded:
             self._send(_GATHER_STATE, 0.0)
 
@@ -424,7 +430,7 @@ def follow(algorithm: Algorithm, ranks: Ranks, max_nonfinite_groups: int) -> int
             algorithm.policy_weights()
             continue
         if command == _GATHER_STATE:
-            full_state(algorithm.state_dict())
+            whole_state(ranks, algorithm.state_dict())
             continue
         if progress >= 0:
             algorithm.set_progress(progress)

@@ -40,7 +40,7 @@ from robotrl.core.types import WeightUpdate
 from robotrl.learner.admission import Admission
 from robotrl.learner.anchor import AnchorBuffer, AnchorFeeder
 from robotrl.learner.checkpoint import Checkpointer, Counters, NonFiniteStateError
-from robotrl.learner.distributed import SINGLE, BatchScatter, GroupCommands, Ranks, full_state
+from robotrl.learner.distributed import SINGLE, BatchScatter, GroupCommands, Ranks, whole_state
 from robotrl.learner.guard import UpdateGuard, nonfinite_tensors
 from robotrl.learner.journal import LEDGER_FILE, Journal, load_ledger
 from robotrl.learner.metrics import MetricsLog
@@ -378,7 +378,7 @@ class Learner:
             extra = {LEDGER_FILE: ledger.to_json()} if ledger is not None else {}
             try:
                 self.commands.gather_state()
-                state = full_state(self.algorithm.state_dict())
+                state = whole_state(self.ranks, self.algorithm.state_dict())
                 self.checkpointer.save(
                     state,
                     self.counters,

@@ -26,7 +26,6 @@ from robotrl.learner.distributed import (
     _unpack_state,
     backend,
     follow,
-    full_state,
     init_ranks,
     leave,
     share_state,
@@ -38,14 +37,19 @@ GROUPS = 3
 DEADLINE_S = 120
 
 
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of ``tensor``, gathered from every rank where it is sharded (each calls this)."""
+    return (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach().cpu().clone()
+
+
 def _state(algorithm: object) -> dict[str, torch.Tensor]:
     """The trained networks of ``algorithm``, flat (policy and, after an update, its gradients;
     for RAPI, critic and target); a sharded policy gathered whole (every rank calls this)."""
     policy = algorithm.policy  # type: ignore[attr-defined]
-    out = {f"policy.{k}": v.detach().cpu().clone() for k, v in full_state(policy.state_dict()).items()}
+    out = {f"policy.{k}": _whole(v) for k, v in policy.state_dict().items()}
     # The last update's gradients: a loss of the wrong scale still steps Adam alike, not these.
-    grads = full_state({k: p.grad for k, p in policy.named_parameters() if p.grad is not None})
-    out.update({f"grad.{k}": g.detach().cpu().clone() for k, g in grads.items()})
+    grads = {k: p.grad for k, p in policy.named_parameters() if p.grad is not None}
+    out.update({f"grad.{k}": _whole(g) for k, g in grads.items()})
     for name in ("critic", "target"):
         net = getattr(algorithm, name, None)
         if net is not None:
