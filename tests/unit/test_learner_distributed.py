@@ -68,6 +68,7 @@ def _train(
     apart: bool,
     device: str = "cpu",
     shard: bool = False,
+    frozen: bool = False,
 ) -> None:
     """One rank of a learner: rank 0 the full learner on four stored episodes, others followers
     (with ``apart``, rank 1's policy moved off rank 0's after building); each writes its final
@@ -93,6 +94,8 @@ def _train(
         device=device,
     )
     policy = MLPChunkPolicy(2, 4, 3)
+    if frozen:  # a frozen first layer, as a VLA's backbone
+        policy.net[0].requires_grad_(False)
     if ranks.is_main:
         weights = DroppedWeights()
         learner = build_learner(
@@ -132,6 +135,7 @@ def _launch(
     apart: bool = False,
     device: str = "cpu",
     shard: bool = False,
+    frozen: bool = False,
 ) -> list[dict[str, torch.Tensor]]:
     """Run ``world`` ranks in spawned processes; every rank's written state, rank order. A
     second launch under one ``name`` resumes from the first's run folder."""
@@ -155,6 +159,7 @@ def _launch(
                 apart,
                 device,
                 shard,
+                frozen,
             ),
         )
         for r in range(world)
@@ -241,6 +246,20 @@ def test_two_ranks_sharding_the_policy_train_the_weights_two_replicating_ranks_t
     assert all(torch.equal(sharded[0][k], sharded[1][k]) for k in critic)  # still replicated
     assert sharded[0]["published"].tolist() == [GROUPS] * 3  # the gathered policy, once per group
     assert sharded[1]["published"].tolist() == [0, 0, GROUPS]
+
+
+def test_a_frozen_layer_stays_whole_on_each_sharded_rank_and_the_rest_trains_as_replicated(tmp_path: Path):
+    sharded = _launch(tmp_path, "sharded", 2, "rapi", batch=8, shard=True, frozen=True)
+    replicated, _ = _launch(tmp_path, "replicated", 2, "rapi", batch=8, frozen=True)
+    frozen = sum(t.numel() for k, t in replicated.items() if k.startswith("policy.net.0."))
+    (held0, total), (held1, _) = sharded[0]["sizes"].tolist(), sharded[1]["sizes"].tolist()
+    assert held0 + held1 == total + frozen  # the frozen layer on both, the rest split
+    assert held0 > frozen and held1 > frozen
+    torch.manual_seed(0)
+    start = MLPChunkPolicy(2, 4, 3).state_dict()
+    for k, v in start.items():
+        assert torch.equal(sharded[0][f"policy.{k}"], v) == k.startswith("net.0.")  # only the rest moved
+        torch.testing.assert_close(sharded[0][f"policy.{k}"], replicated[f"policy.{k}"], rtol=1e-4, atol=1e-5)
 
 
 def test_a_sharded_checkpoint_resumes_on_one_rank_and_sharded_again_as_a_replicated_one_does(
