@@ -125,11 +125,12 @@ class LearnerConfig:
     prefetch_batches: int | None = field(default=None, metadata=bounds(ge=0))
     """Batches drawn ahead in a background thread; None: 2 on CUDA, 0 (inline) on the CPU."""
     shard_policy: bool = False
-    """Under torchrun, shard the policy's parameters, gradients and Adam moments over the ranks
-    (FSDP2, for a policy one device cannot train) instead of replicating it (DDP); the critic
-    stays replicated. Publishing and checkpointing then gather the policy on every rank, and a
-    checkpoint still holds it whole: it resumes on any number of ranks, sharded or not.
-    docs/architecture.md. No effect on one rank."""
+    """Under torchrun, shard the policy's trainable parameters, their gradients, Adam moments
+    and average over the ranks (FSDP2, for a policy one device cannot train) instead of
+    replicating them (DDP); a frozen backbone and the critic stay whole on each rank. Every
+    rank takes part in each publish and checkpoint, and a checkpoint still holds the policy
+    whole: it resumes on any number of ranks, sharded or not. docs/architecture.md. No effect
+    on one rank."""
     torch_threads: int = field(default=0, metadata=bounds(ge=0, note="0: torch's default"))
     """Torch intra-op CPU threads of the learner; 0 keeps torch's default (one per core)."""
     grad_clip: float = field(default=10.0, metadata=bounds(gt=0))

@@ -53,9 +53,7 @@ def nonfinite_tensors(state: Any, prefix: str = "") -> list[str]:
 
 def _float_tensors(state: Any, prefix: str) -> Iterator[tuple[str, torch.Tensor]]:
     if isinstance(state, torch.Tensor):
-        local = (
-            state.to_local() if isinstance(state, DTensor) else state
-        )  # a sharded policy: this rank's slice
+        local = state.to_local() if isinstance(state, DTensor) else state  # sharded: this rank's slice
         if local.is_floating_point() and local.numel():
             yield prefix, local
     elif isinstance(state, np.ndarray):

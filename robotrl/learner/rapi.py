@@ -168,7 +168,9 @@ class PolicyTrainer:
 
     def policy_weights(self) -> Mapping[str, npt.NDArray[np.generic]]:
         """What the learner publishes and checkpoints: the weight average when there is one."""
-        average = self.policy_average.swapped_in() if self.policy_average else contextlib.nullcontext()
+        average = (
+            self.policy_average.swapped_in() if self.policy_average is not None else contextlib.nullcontext()
+        )
         with average, self.ranks.unsharded(self.policy_loss):
             weights: Mapping[str, npt.NDArray[np.generic]] = self.policy.trainable_tensors()
         return weights
