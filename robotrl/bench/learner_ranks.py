@@ -31,11 +31,13 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -195,6 +197,17 @@ def _rank(
     leave(ranks)
 
 
+def _rank_process(*args: Any) -> None:
+    """:func:`_rank`, then an exit without the interpreter's teardown. A follower's DDP or FSDP
+    state still holds collective work objects after the process group is gone, and freeing
+    them while the interpreter finalises aborted a rank ("terminate called without an active
+    exception") in one CI run; the rank's results are written before this point."""
+    _rank(*args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def _measure(world: int, seconds: float, quick: bool, shard: bool = False) -> RankTimes:
     """Run ``world`` ranks in spawned processes; rank 0's times."""
     cores = os.cpu_count() or 1
@@ -204,7 +217,7 @@ def _measure(world: int, seconds: float, quick: bool, shard: bool = False) -> Ra
         ctx = multiprocessing.get_context("spawn")
         procs = [
             ctx.Process(
-                target=_rank,
+                target=_rank_process,
                 args=(r, world, f"{tmp}/store", threads, seconds, quick, shard, str(out)),
                 name=f"bench-rank-{r}",
             )

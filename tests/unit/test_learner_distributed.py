@@ -4,6 +4,8 @@ same as one rank with twice the batch, publishing from rank 0 alone, resumable o
 from __future__ import annotations
 
 import multiprocessing
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +128,15 @@ def _train(
     leave(ranks)
 
 
+def _train_and_exit(*args: object) -> None:
+    """:func:`_train`, then an exit without the interpreter's teardown, which can abort a rank
+    whose DDP or FSDP state outlives the process group (robotrl/bench/learner_ranks.py)."""
+    _train(*args)  # type: ignore[arg-type]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def _launch(
     tmp: Path,
     name: str,
@@ -147,7 +158,7 @@ def _launch(
     ctx = multiprocessing.get_context("spawn")
     procs = [
         ctx.Process(
-            target=_train,
+            target=_train_and_exit,
             args=(
                 r,
                 world,
