@@ -206,6 +206,25 @@ def run_follower(cfg: RobotRLConfig, ranks: Ranks) -> int:
     return 0
 
 
+def _banner(cfg: RobotRLConfig, ranks: Ranks) -> str:
+    """The learner's first line: its rule, device, ranks, links and metrics file."""
+    t = cfg.transport
+    links = (
+        f"offline: {cfg.learner.max_groups} groups on {cfg.learner.demos_path} alone"
+        if cfg.learner.offline
+        else f"receiving on {t.transitions_endpoint}, publishing on {t.weights_endpoint}"
+    )
+    parallel = ""
+    if ranks.parallel:
+        sharded = ", the policy sharded" if ranks.sharded else ""
+        parallel = f" x {ranks.world} ranks (batch {cfg.learner.batch_size} each{sharded})"
+    return (
+        f"[bold]robotrl learner[/bold]: {cfg.learner.algorithm.value} "
+        f"on {resolve_device(cfg.learner.device)}{parallel}, {links}, "
+        f"metrics in {Path(cfg.run_dir) / run_folder.LEARNER_METRICS}"
+    )
+
+
 def run_learner(cfg: RobotRLConfig) -> int:
     """The `robotrl learner` role; under ``torchrun --nproc-per-node N`` one of N data-parallel
     ranks (:mod:`robotrl.learner.distributed`), rank 0 the one with links."""
@@ -240,24 +259,7 @@ def run_learner(cfg: RobotRLConfig) -> int:
     if stop_asked.is_set():
         logging.getLogger(__name__).info("stop asked for while the learner was built: stopping")
         learner.stop()
-    t = cfg.transport
-    links = (
-        f"offline: {cfg.learner.max_groups} groups on {cfg.learner.demos_path} alone"
-        if cfg.learner.offline
-        else f"receiving on {t.transitions_endpoint}, publishing on {t.weights_endpoint}"
-    )
-    Console().print(
-        f"[bold]robotrl learner[/bold]: {cfg.learner.algorithm.value} "
-        f"on {resolve_device(cfg.learner.device)}"
-        + (
-            f" x {ranks.world} ranks (batch {cfg.learner.batch_size} each"
-            + (", the policy sharded)" if ranks.sharded else ")")
-            if ranks.parallel
-            else ""
-        )
-        + f", {links}, "
-        f"metrics in {Path(cfg.run_dir) / run_folder.LEARNER_METRICS}"
-    )
+    Console().print(_banner(cfg, ranks))
     try:
         counters = learner.run(cfg.learner.max_groups)
     except LearnerDivergedError as exc:
