@@ -11,9 +11,10 @@ each batch is ``anchor_fraction`` anchor and the rest online
 ``max_policy_lag`` versions are not drawn, and the lag of what is drawn is logged.
 After a group that changed the policy, its weights go out through the weight
 :class:`Sender` as the next version; versions only grow, across restarts too: a resumed
-learner continues its checkpoint's count, and until its first publish a learner raises its
-count to the newest version its actors report (a learner restarted without a checkpoint
-then numbers above the versions in its actors' transitions, not from 1 again).
+learner continues the count of its checkpoint or of its last publish recorded beside it
+(``Checkpointer.note_published``), and until its first publish a learner raises its count to
+the newest version its actors report (a learner restarted in a new run folder then numbers
+above the versions in its actors' transitions, not from 1 again).
 
 Guards: an :class:`Admission` refuses implausible batches before they are journaled or
 stored, and an :class:`UpdateGuard` checks every group's losses and state before anything

@@ -102,9 +102,11 @@ def build_learner(
     if latest is not None:
         resumed, counters = checkpointer.load(latest, device)
         algorithm.load_state_dict(resumed)
-        # Versions published after this checkpoint are running on the actors: count above them.
-        counters.policy_version = max(counters.policy_version, checkpointer.published_version())
         logging.getLogger(__name__).info("resumed from %s: %s", latest, counters)
+    if lrn.resume:
+        # Versions published after the checkpoint (or, killed before its first, since the run
+        # began) are running on the actors: count above them, or their rows look like the future.
+        counters.policy_version = max(counters.policy_version, checkpointer.published_version())
     share_state(ranks, algorithm, device, resumed)
     run_dir = Path(cfg.run_dir)
     rerun_path = run_dir / run_folder.LEARNER_RECORDING if lrn.rerun else None

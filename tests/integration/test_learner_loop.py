@@ -102,6 +102,27 @@ def test_a_learner_resumed_from_an_older_checkpoint_numbers_above_every_version_
     resumed.anchor.close()
 
 
+def test_a_learner_killed_before_its_first_checkpoint_numbers_above_what_it_published(tmp_path):
+    # Killed after publishing v1 and v2 with no checkpoint yet: its actors run v2, and the rows
+    # they send next report v2. The restarted learner must not count from 0 and refuse them.
+    cfg = config(tmp_path, checkpoint_every_groups=1000)
+    first = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, TransitionQueue(), QueueLink(), console=False)
+    first.publish()
+    first.publish()
+    first.online.close()
+    first.anchor.close()
+
+    inbox, outbox = TransitionQueue(), QueueLink()
+    second = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
+    assert second.counters.groups == 0 and second.counters.policy_version == 2
+    second.publish()  # what run() does first when resuming: its policy re-announced as v3
+    inbox.send(episodes(0, 1, version=2)[0])
+    assert second.ingest_next(10.0) and second.admission is not None and not second.admission.refused
+    assert [u.policy_version for u in outbox.drain()] == [3]
+    second.online.close()
+    second.anchor.close()
+
+
 def test_a_learner_without_checkpoint_numbers_its_versions_above_those_its_actors_report(tmp_path, caplog):
     # Restarted without its checkpoint, the learner counts from 0 while its actors run its predecessor's v7.
     caplog.set_level(logging.INFO, logger="robotrl.learner.loop")
