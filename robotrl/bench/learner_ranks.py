@@ -1,11 +1,14 @@
 """`robotrl bench learner --ranks N`: RAPI update groups as one learner rank, as N
-data-parallel ranks (robotrl/learner/distributed.py) and as N ranks sharding the policy
-(``learner.shard_policy``, FSDP2), and where a rank's time goes.
+data-parallel ranks (robotrl/learner/distributed.py), as N ranks sharding the policy
+(``learner.shard_policy``, FSDP2) and as N ranks sampling for themselves, and where a rank's
+time goes.
 
 The setup of `robotrl bench learner` (the small flow policy on two 96x96 cameras, the critic
-reading them, batch 256 per rank, the real buffers filled with synthetic episodes), run three
-times: as one process, and twice as N processes joined by torch.distributed (gloo on the CPU,
-NCCL with one GPU per rank), replicating the policy (DDP), then sharding it. Each rank keeps
+reading them, batch 256 per rank, the real buffers filled with synthetic episodes), run four
+times: as one process, and three times as N processes joined by torch.distributed (gloo on the
+CPU, NCCL with one GPU per rank): replicating the policy (DDP) with rank 0 sampling for all
+(the learner's way), sharding it, and replicating it with each rank sampling its own replica
+of the buffers (the alternative the learner did not take: docs/results.md). Each rank keeps
 its batch (weak scaling: N ranks train on N times the rows per update). On a CPU the cores
 are split between the ranks (one rank has them all, each of N ranks a share), so the
 comparison is the same machine used two ways; on GPUs each rank has its own device. Each
@@ -23,11 +26,14 @@ second over all ranks), ``speedup`` (samples/s of N ranks over one) and
 ``scaling_efficiency`` (speedup / N); for the sharded ranks ``updates_per_s_<n>_ranks_sharded``,
 ``sharded_over_replicated`` (their updates/s over the replicated ranks') and
 ``policy_held_share_sharded`` (the share of the policy's parameters rank 0 holds between
-updates: 1/N when sharded, against 1 replicated).
+updates: 1/N when sharded, against 1 replicated); for ranks that each sample their own replica
+of the buffers (filled alike, not kept in step by ingest: what sampling there costs, no more)
+``updates_per_s_<n>_ranks_local_sampling`` and ``local_sampling_over_scatter``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -46,9 +52,12 @@ from torch.distributed.tensor import DTensor
 
 from robotrl.bench.learner import Stream, _default_policy, bench_config, bench_spec
 from robotrl.bench.report import report
+from robotrl.config.schema import RobotRLConfig
 from robotrl.core.protocols import Algorithm
+from robotrl.core.types import EnvSpec
 from robotrl.learner.algorithms import build_algorithm
 from robotrl.learner.distributed import SINGLE, BatchScatter, Ranks, backend, follow, leave, share_state
+from robotrl.learner.loop import Learner
 from robotrl.learner.main import build_learner
 from robotrl.learner.prefetch import Prefetcher
 from robotrl.learner.samples import Batch
@@ -60,6 +69,9 @@ FILL_BATCHES = 32
 MIN_GROUPS = 3
 ALLREDUCE_REPEATS = 10
 DEADLINE_S = 900.0
+SCATTER, LOCAL, SHARDED = "scatter", "local", "sharded"
+"""How N ranks train: rank 0 samples for all and scatters (the learner's way), each rank samples
+its own replica of the buffers, or rank 0 scatters to ranks that shard the policy."""
 
 
 @dataclass
@@ -122,44 +134,80 @@ def _held_share(policy: torch.nn.Module) -> float:
     return held / max(1, sum(p.numel() for p in params))
 
 
+def _filled_learner(cfg: RobotRLConfig, policy: torch.nn.Module, spec: EnvSpec, ranks: Ranks) -> Learner:
+    """A learner with the bench's buffers, filled with the same synthetic episodes on every rank."""
+    link, weights = TransitionQueue(), DroppedWeights()
+    learner = build_learner(cfg, policy, spec, link, weights, console=False, ranks=ranks)
+    stream = Stream(np.random.default_rng(0))
+    for _ in range(FILL_BATCHES):
+        learner.ingest(stream.next())
+    return learner
+
+
+def _follower(cfg: RobotRLConfig, policy: torch.nn.Module, spec: EnvSpec, ranks: Ranks, local: bool) -> None:
+    """A rank other than 0: trains on rank 0's shards or, ``local``, on its own replica's rows."""
+    device = resolve_device(cfg.learner.device)
+    max_nonfinite = cfg.learner.guard.max_nonfinite_groups
+    if local:
+        with tempfile.TemporaryDirectory(prefix="robotrl-bench-ranks-") as tmp:
+            cfg.run_dir = tmp
+            replica = _filled_learner(cfg, policy, spec, ranks)
+            algorithm = replica.algorithm
+            follow(
+                algorithm, ranks, max_nonfinite, functools.partial(replica.next_batch, cfg.learner.batch_size)
+            )
+            replica.online.close()
+            replica.anchor.close()
+    else:
+        cameras = dict(spec.camera_shapes)
+        algorithm = build_algorithm(cfg.learner, policy, device, spec.state_dim, cameras, ranks)
+        share_state(ranks, algorithm, device)
+        follow(algorithm, ranks, max_nonfinite)
+    _allreduce_ms(ranks, _trainable(policy, algorithm), device)
+    leave(ranks)
+
+
 def _rank(
-    rank: int, world: int, store: str, threads: int, seconds: float, quick: bool, shard: bool, out: str
+    rank: int,
+    world: int,
+    store: str,
+    threads: int,
+    seconds: float,
+    quick: bool,
+    variant: str,
+    out: str,
 ) -> None:
-    """One rank: rank 0 the learner with buffers, timing update groups; the others followers."""
+    """One rank: rank 0 the learner with buffers, timing update groups; the others followers,
+    trained on what rank 0 scatters or, ``local``, on what they sample from their own replica."""
     torch.set_num_threads(threads)
     cfg = bench_config(quick)
+    local = variant == LOCAL
+    cfg.seed += rank  # local sampling: each replica draws its own rows
     device = resolve_device(cfg.learner.device)
     ranks = SINGLE
     if world > 1:
         if device.type == "cuda":
             torch.cuda.set_device(rank)
         dist.init_process_group(backend(device), init_method=f"file://{store}", rank=rank, world_size=world)
-        ranks = Ranks(rank, world, shard)
+        ranks = Ranks(rank, world, variant == SHARDED)
     spec = bench_spec()
     torch.manual_seed(0)  # every rank builds the same networks
     policy = _default_policy(cfg, spec)
+    rows = cfg.learner.batch_size if local else None
     if not ranks.is_main:
-        cameras = dict(spec.camera_shapes)
-        algorithm = build_algorithm(cfg.learner, policy, device, spec.state_dim, cameras, ranks)
-        share_state(ranks, algorithm, device)
-        follow(algorithm, ranks, cfg.learner.guard.max_nonfinite_groups)
-        _allreduce_ms(ranks, _trainable(policy, algorithm), device)
-        leave(ranks)
+        _follower(cfg, policy, spec, ranks, local)
         return
     per_group = cfg.learner.rapi.critic_updates_per_group + cfg.learner.actor_updates_per_group
     with tempfile.TemporaryDirectory(prefix="robotrl-bench-ranks-") as tmp:
         cfg.run_dir = tmp
-        link, weights = TransitionQueue(), DroppedWeights()
-        learner = build_learner(cfg, policy, spec, link, weights, console=False, ranks=ranks)
+        learner = _filled_learner(cfg, policy, spec, ranks)
         prefetcher: Prefetcher | None = None
         try:
-            stream = Stream(np.random.default_rng(0))
-            for _ in range(FILL_BATCHES):
-                learner.ingest(stream.next())
-            prefetcher = Prefetcher(learner.next_batch, learner.prefetch) if learner.prefetch else None
+            draw_rows = functools.partial(learner.next_batch, rows)
+            prefetcher = Prefetcher(draw_rows, learner.prefetch) if learner.prefetch else None
             sample_s, scatter_s = [0.0], [0.0]
-            draw = _timed(prefetcher.get if prefetcher else learner.next_batch, sample_s)
-            scattered = _timed(BatchScatter(ranks, draw), scatter_s)
+            drawn = _timed(prefetcher.get if prefetcher else draw_rows, sample_s)
+            scattered = drawn if local else _timed(BatchScatter(ranks, drawn), scatter_s)
 
             def group() -> None:  # as the learner's loop runs one, guarded (the followers guard too)
                 learner.commands.run_group(None)
@@ -185,7 +233,7 @@ def _rank(
         groups * per_group,
         wall,
         sample_s[0],
-        scatter_s[0] - sample_s[0],
+        0.0 if local else scatter_s[0] - sample_s[0],
         _allreduce_ms(ranks, _trainable(policy, learner.algorithm), device),
         threads,
         cfg.learner.batch_size,
@@ -208,7 +256,7 @@ def _rank_process(*args: Any) -> None:
     os._exit(0)
 
 
-def _measure(world: int, seconds: float, quick: bool, shard: bool = False) -> RankTimes:
+def _measure(world: int, seconds: float, quick: bool, variant: str = SCATTER) -> RankTimes:
     """Run ``world`` ranks in spawned processes; rank 0's times."""
     cores = os.cpu_count() or 1
     threads = max(1, cores // world)
@@ -218,7 +266,7 @@ def _measure(world: int, seconds: float, quick: bool, shard: bool = False) -> Ra
         procs = [
             ctx.Process(
                 target=_rank_process,
-                args=(r, world, f"{tmp}/store", threads, seconds, quick, shard, str(out)),
+                args=(r, world, f"{tmp}/store", threads, seconds, quick, variant, str(out)),
                 name=f"bench-rank-{r}",
             )
             for r in range(world)
@@ -244,13 +292,15 @@ def run(quick: bool = False, ranks: int = 2) -> dict[str, float | str]:
         raise SystemExit(f"robotrl bench learner --ranks {ranks}: {torch.cuda.device_count()} GPU(s) here")
     seconds = 2.0 if quick else 15.0
     one, many = _measure(1, seconds, quick), _measure(ranks, seconds, quick)
-    sharded = _measure(ranks, seconds, quick, shard=True)
+    sharded = _measure(ranks, seconds, quick, SHARDED)
+    local = _measure(ranks, seconds, quick, LOCAL)
 
     def per_s(t: RankTimes, world: int) -> tuple[float, float]:
         updates = t.updates / t.wall_s
         return updates, updates * t.batch * world
 
     (u1, s1), (un, sn), (us, ss) = per_s(one, 1), per_s(many, ranks), per_s(sharded, ranks)
+    ul, sl = per_s(local, ranks)
     speedup = sn / s1 if s1 > 0 else 0.0
     result: dict[str, float | str] = {
         "bench": "learner_ranks",
@@ -268,6 +318,9 @@ def run(quick: bool = False, ranks: int = 2) -> dict[str, float | str]:
         f"samples_per_s_{ranks}_ranks_sharded": round(ss, 1),
         "sharded_over_replicated": round(us / un, 3) if un > 0 else 0.0,
         "policy_held_share_sharded": round(sharded.held_share, 3),
+        f"updates_per_s_{ranks}_ranks_local_sampling": round(ul, 2),
+        f"samples_per_s_{ranks}_ranks_local_sampling": round(sl, 1),
+        "local_sampling_over_scatter": round(ul / un, 3) if un > 0 else 0.0,
         "batch_per_rank": float(many.batch),
         "threads_1_rank": float(one.threads),
         "threads_per_rank": float(many.threads),
@@ -275,7 +328,13 @@ def run(quick: bool = False, ranks: int = 2) -> dict[str, float | str]:
         "groups_timed": float(min(one.groups, many.groups)),
     }
     rows = []
-    for label, world, t in ((1, 1, one), (ranks, ranks, many), (f"{ranks} sharded", ranks, sharded)):
+    variants = (
+        (str(1), 1, one, ""),
+        (str(ranks), ranks, many, ""),
+        (f"{ranks} sharded", ranks, sharded, "_sharded"),
+        (f"{ranks} local sampling", ranks, local, "_local_sampling"),
+    )
+    for label, world, t, variant in variants:
         ms = 1e3 / t.updates
         compute = t.wall_s - t.sample_s - t.scatter_s
         split = {
@@ -284,7 +343,7 @@ def run(quick: bool = False, ranks: int = 2) -> dict[str, float | str]:
             "compute_ms": compute * ms,
             "allreduce_ms": t.allreduce_ms,
         }
-        suffix = f"{world}_rank{'s' if world > 1 else ''}{'_sharded' if t is sharded else ''}"
+        suffix = f"{world}_rank{'s' if world > 1 else ''}{variant}"
         result.update({f"{k}_{suffix}": round(v, 2) for k, v in split.items()})
         rows.append([label, t.threads, t.updates / t.wall_s, *split.values()])
     report(

@@ -413,10 +413,14 @@ class GroupCommands:
             dist.broadcast(torch.tensor([command, progress], dtype=torch.float64), 0)
 
 
-def follow(algorithm: Algorithm, ranks: Ranks, max_nonfinite_groups: int) -> int:
-    """A follower rank's whole role: run each group rank 0 commands on the shards it scatters,
+def follow(
+    algorithm: Algorithm, ranks: Ranks, max_nonfinite_groups: int, sample: Callable[[], Batch] | None = None
+) -> int:
+    """A follower rank's whole role: run each group rank 0 commands on the shards it scatters
+    (or on what ``sample`` draws from a replica of the buffers: the bench's comparison),
     guarded as rank 0 guards (the same metrics and state give the same decisions); the number
     of groups kept, once rank 0 says stop."""
+    draw = sample if sample is not None else lambda: receive_shard(ranks)
     guard = UpdateGuard(algorithm, max_nonfinite_groups, ranks.any if ranks.sharded else None)
     guard.remember()
     kept = 0
@@ -434,6 +438,6 @@ def follow(algorithm: Algorithm, ranks: Ranks, max_nonfinite_groups: int) -> int
             continue
         if progress >= 0:
             algorithm.set_progress(progress)
-        result = algorithm.update_group(lambda: receive_shard(ranks))
+        result = algorithm.update_group(draw)
         if guard.check(kept + 1, result):
             kept += 1

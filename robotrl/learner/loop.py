@@ -211,10 +211,10 @@ class Learner:
         """Chunk samples stored and ready, online and anchor (the lag cap is checked apart)."""
         return len(self.online) + len(self.anchor)
 
-    def next_batch(self) -> Batch:
-        """One training batch (``batch_size`` for each rank): ``anchor_fraction`` anchor, the rest
-        online within the lag cap."""
-        size = self.cfg.batch_size * self.ranks.world
+    def next_batch(self, rows: int | None = None) -> Batch:
+        """One training batch of ``rows`` (default ``batch_size`` for each rank, which rank 0
+        scatters): ``anchor_fraction`` anchor, the rest online within the lag cap."""
+        size = rows if rows is not None else self.cfg.batch_size * self.ranks.world
         n_anchor = round(size * self.cfg.anchor_fraction) if len(self.anchor) else 0
         parts: list[Batch] = []
         try:
