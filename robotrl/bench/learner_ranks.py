@@ -329,7 +329,7 @@ def run(quick: bool = False, ranks: int = 2) -> dict[str, float | str]:
     }
     rows = []
     variants = (
-        (str(1), 1, one, ""),
+        ("1", 1, one, ""),
         (str(ranks), ranks, many, ""),
         (f"{ranks} sharded", ranks, sharded, "_sharded"),
         (f"{ranks} local sampling", ranks, local, "_local_sampling"),
