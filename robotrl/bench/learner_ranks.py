@@ -153,11 +153,15 @@ def _follower(cfg: RobotRLConfig, policy: torch.nn.Module, spec: EnvSpec, ranks:
             cfg.run_dir = tmp
             replica = _filled_learner(cfg, policy, spec, ranks)
             algorithm = replica.algorithm
-            follow(
-                algorithm, ranks, max_nonfinite, functools.partial(replica.next_batch, cfg.learner.batch_size)
-            )
-            replica.online.close()
-            replica.anchor.close()
+            draw = functools.partial(replica.next_batch, cfg.learner.batch_size)
+            prefetcher = Prefetcher(draw, replica.prefetch) if replica.prefetch else None  # as rank 0
+            try:
+                follow(algorithm, ranks, max_nonfinite, prefetcher.get if prefetcher else draw)
+            finally:
+                if prefetcher is not None:
+                    prefetcher.close()
+                replica.online.close()
+                replica.anchor.close()
     else:
         cameras = dict(spec.camera_shapes)
         algorithm = build_algorithm(cfg.learner, policy, device, spec.state_dim, cameras, ranks)
@@ -182,7 +186,8 @@ def _rank(
     torch.set_num_threads(threads)
     cfg = bench_config(quick)
     local = variant == LOCAL
-    cfg.seed += rank  # local sampling: each replica draws its own rows
+    if local:
+        cfg.seed += rank  # each replica draws its own rows
     device = resolve_device(cfg.learner.device)
     ranks = SINGLE
     if world > 1:

@@ -160,7 +160,8 @@ class LearnerConfig:
     """fsync journal files, checkpoints and their folders, so they survive a power cut, not just
     a killed learner; false trades that for the disk's sync latency per batch and checkpoint."""
     resume: bool = True
-    """Resume from the latest checkpoint in run_dir when there is one."""
+    """Resume from the latest checkpoint in run_dir when there is one. Either way the policy
+    versions continue above the newest one published in run_dir (``checkpoints/published_version``)."""
     offline: bool = False
     """Train on ``demos_path`` alone: no links, no actors, no online row; exactly ``max_groups``
     update groups of the configured algorithm, then stop. The demo's offline control: a

@@ -177,8 +177,9 @@ class Checkpointer:
             pointer.unlink(missing_ok=True)
 
     def note_published(self, policy_version: int) -> None:
-        """Record ``policy_version`` as published, before it is sent: a learner resumed from an
-        older checkpoint then numbers above every version its actors may hold."""
+        """Record ``policy_version`` as published, before it is sent: a learner restarted in this
+        run folder, from an older checkpoint or from none, then numbers above every version its
+        actors may hold."""
         self.root.mkdir(parents=True, exist_ok=True)
         self.fsync.write_bytes(self.root / PUBLISHED, str(policy_version).encode())
 

@@ -14,7 +14,8 @@ After a group that changed the policy, its weights go out through the weight
 learner continues the count of its checkpoint or of its last publish recorded beside it
 (``Checkpointer.note_published``), and until its first publish a learner raises its count to
 the newest version its actors report (a learner restarted in a new run folder then numbers
-above the versions in its actors' transitions, not from 1 again).
+above the versions in its actors' transitions, not from 1 again, if a batch of theirs reaches
+it before its first publish).
 
 Guards: an :class:`Admission` refuses implausible batches before they are journaled or
 stored, and an :class:`UpdateGuard` checks every group's losses and state before anything
@@ -182,7 +183,7 @@ class Learner:
     def _count_above_reported_versions(self, batch: TransitionBatch) -> None:
         """Before this learner's first publish, raise its version count to the newest version in
         ``batch``: its first update then numbers above what its actors run, and the policy lag of
-        their rows stays meaningful (a learner restarted without a checkpoint counts from 0)."""
+        their rows stays meaningful (a learner started in a new run folder counts from 0)."""
         reported = int(batch.policy_version.max(initial=-1))
         with self._version_lock:
             if self._published or reported <= self.counters.policy_version:

@@ -83,7 +83,8 @@ def build_learner(
     ranks: Ranks = SINGLE,
 ) -> Learner:
     """Everything but the links and the policy, which the caller provides; rank 0 of ``ranks``,
-    which gives the other ranks its state (:func:`share_state`) before it returns."""
+    which gives the other ranks its state (:func:`share_state`) before it returns (built on
+    another rank, as the learner bench's replicas are, it takes rank 0's state instead)."""
     lrn = cfg.learner
     device = resolve_device(lrn.device)
     rspec = replay_spec(cfg, spec, int(policy.horizon), trained_max_delay(policy))
@@ -103,10 +104,9 @@ def build_learner(
         resumed, counters = checkpointer.load(latest, device)
         algorithm.load_state_dict(resumed)
         logging.getLogger(__name__).info("resumed from %s: %s", latest, counters)
-    if lrn.resume:
-        # Versions published after the checkpoint (or, killed before its first, since the run
-        # began) are running on the actors: count above them, or their rows look like the future.
-        counters.policy_version = max(counters.policy_version, checkpointer.published_version())
+    # Versions published in this run folder after the checkpoint (or, without one, at all) may
+    # be running on the actors: count above them, or their rows look like the future.
+    counters.policy_version = max(counters.policy_version, checkpointer.published_version())
     share_state(ranks, algorithm, device, resumed)
     run_dir = Path(cfg.run_dir)
     rerun_path = run_dir / run_folder.LEARNER_RECORDING if lrn.rerun else None

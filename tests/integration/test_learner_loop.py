@@ -115,12 +115,21 @@ def test_a_learner_killed_before_its_first_checkpoint_numbers_above_what_it_publ
     inbox, outbox = TransitionQueue(), QueueLink()
     second = build_learner(cfg, MLPChunkPolicy(2, 4, 3), SPEC, inbox, outbox, console=False)
     assert second.counters.groups == 0 and second.counters.policy_version == 2
-    second.publish()  # what run() does first when resuming: its policy re-announced as v3
+    second.stop()
+    second.run()  # resuming, it first publishes the policy it starts from, as v3
+    assert [u.policy_version for u in outbox.drain()] == [3]
     inbox.send(episodes(0, 1, version=2)[0])
     assert second.ingest_next(10.0) and second.admission is not None and not second.admission.refused
-    assert [u.policy_version for u in outbox.drain()] == [3]
     second.online.close()
     second.anchor.close()
+    # Not resuming its training (learner.resume=false), it still numbers above what was published.
+    fresh_cfg = config(tmp_path, checkpoint_every_groups=1000, resume=False)
+    fresh = build_learner(
+        fresh_cfg, MLPChunkPolicy(2, 4, 3), SPEC, TransitionQueue(), QueueLink(), console=False
+    )
+    assert fresh.counters.policy_version == 3
+    fresh.online.close()
+    fresh.anchor.close()
 
 
 def test_a_learner_without_checkpoint_numbers_its_versions_above_those_its_actors_report(tmp_path, caplog):
