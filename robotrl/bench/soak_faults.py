@@ -342,7 +342,6 @@ def flood_identities(endpoint: str, keys: Any, pings: int) -> int:
     import zmq
 
     from robotrl.transport import protocol as p
-    from robotrl.transport.transitions import new_stream_id
     from robotrl.wire.codec import encode
 
     ctx = zmq.Context()
@@ -353,7 +352,7 @@ def flood_identities(endpoint: str, keys: Any, pings: int) -> int:
             for _ in range(pings // FLOOD_SOCKETS):
                 sender = f"hostile-{secrets.token_hex(4)}"
                 ping = p.control(
-                    p.PING, sender, stream=new_stream_id(), next=secrets.randbelow(1 << 40), dropped=0
+                    p.PING, sender, stream=secrets.token_hex(9), next=secrets.randbelow(1 << 40), dropped=0
                 )
                 try:
                     sock.send_multipart(encode(ping))

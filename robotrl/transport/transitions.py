@@ -58,9 +58,22 @@ def _joinable(a: TransitionBatch, b: TransitionBatch) -> bool:
     )
 
 
+_last_stream_ms = 0
+_stream_ms_lock = threading.Lock()
+
+
 def new_stream_id() -> str:
-    """A stream id that sorts by creation time (so old spool files go first) and is unique."""
-    return f"{time.time_ns() // 1_000_000:012x}{secrets.token_hex(3)}"
+    """A stream id that sorts by creation time (so old spool files go first) and is unique.
+
+    Within one process each id's millisecond is past the one before: two senders made in the
+    same millisecond would otherwise order at random, and the later could be fenced by the
+    earlier (processes started in the same millisecond are not ordered; nothing can order them).
+    """
+    global _last_stream_ms
+    with _stream_ms_lock:
+        _last_stream_ms = max(time.time_ns() // 1_000_000, _last_stream_ms + 1)
+        ms = _last_stream_ms
+    return f"{ms:012x}{secrets.token_hex(3)}"
 
 
 class ActorFencedError(RuntimeError):

@@ -3,6 +3,7 @@ link's waker."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import numpy as np
@@ -17,6 +18,7 @@ from robotrl.transport.heartbeat import Liveness
 from robotrl.transport.ledger import RangeSet, SeqLedger
 from robotrl.transport.link import Waker, _Poll
 from robotrl.transport.spool import Spool, SpoolFullError
+from robotrl.transport.transitions import new_stream_id
 from robotrl.transport.weight_checks import WeightRefused, all_finite, verify
 from robotrl.transport.weights import split_pieces
 from robotrl.wire.codec import Message, encode
@@ -30,6 +32,16 @@ def test_range_set_merges_neighbours_and_lists_gaps():
     assert r.ranges() == [(0, 3), (5, 7), (9, 10)]
     assert r.gaps(12) == [(3, 5), (7, 9), (10, 12)]
     assert r.count() == 6 and 6 in r and 7 not in r
+
+
+def test_stream_ids_made_in_one_process_sort_in_the_order_they_were_made():
+    # Many fall in one millisecond: the later sender must still hold the newer epoch.
+    ids = [new_stream_id() for _ in range(2000)]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert all(a[:12] < b[:12] for a, b in itertools.pairwise(ids))
+    ledger = SeqLedger()
+    ledger.record("actor-0", ids[0], 0)
+    assert ledger.claim_epoch("actor-0", ids[1]) and not ledger.claim_epoch("actor-0", ids[0])
 
 
 def test_ledger_counts_duplicates_and_missing_and_survives_json():
