@@ -7,6 +7,11 @@ updated per episode depends on the machine's load. A real arm gets a fixed share
 learner time per episode. ``actor.versions_per_episode`` fixes that share in the sim,
 so a fine-tuning run is the same on a fast or a loaded machine. Waiting happens between
 episodes (the robot is at reset), never during one.
+
+The first version from the learner is waited for as long as the learner takes: a learner
+loading 1,000 demonstrations from pixels and warming up its critic took over 2 minutes, and an
+actor that gave up on it then ran all its episodes on its first weights. Only a learner that
+has published and then stops is given up on, after one ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ class LearnerPace:
             )
         self.backend, self.rate, self.timeout_s = backend, versions_per_episode, timeout_s
         self.gave_up = False
+        self._first = backend.newest_version()
+        """The version the actor started with: the learner has published once a newer one came."""
 
     def wanted(self, episode: int) -> int:
         """The version episode ``episode`` (0-based) starts with at the least."""
@@ -41,7 +48,17 @@ class LearnerPace:
         if self.gave_up:
             return
         want = self.wanted(episode)
+        waited_s = 0.0
         got = self.backend.wait_for_version(want, self.timeout_s, stop)
+        while got == self._first < want and not (stop is not None and stop.is_set()):
+            waited_s += self.timeout_s
+            log.warning(
+                "episode %d has waited %.0f s for the learner's first policy version (it may still be "
+                "loading its demonstrations or warming up its critic); still waiting",
+                episode,
+                waited_s,
+            )
+            got = self.backend.wait_for_version(want, self.timeout_s, stop)
         if got < want and not (stop is not None and stop.is_set()):
             self.gave_up = True
             log.warning(

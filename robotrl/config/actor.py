@@ -62,8 +62,9 @@ class ActorConfig:
     can finish every episode on its first weights; a real arm gets a fixed share of learner
     updates per episode, and this keeps that share in the sim, whatever the load. 0: no pace."""
     weights_wait_s: float = field(default=120.0, metadata=bounds(gt=0))
-    """versions_per_episode: longest wait for a version; after one timeout (a learner that has
-    stopped publishing) the actor logs it and runs on unpaced."""
+    """versions_per_episode: longest wait for a version once the learner has published one; after
+    one timeout (a learner that has stopped publishing) the actor logs it and runs on unpaced. The
+    learner's first version is waited for as long as it takes, logged every this many seconds."""
     seed: int = 0
     """Seed of the first episode; episode i uses seed + i."""
     realtime_priority: int = field(default=0, metadata=bounds(ge=0, le=99, note="0: normal scheduling"))

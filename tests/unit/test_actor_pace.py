@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -16,19 +17,25 @@ from robotrl.core.types import WeightUpdate
 
 
 class Versions:
-    """A weight source whose updates (the given versions, in order) arrive only while waited for."""
+    """A weight source whose updates (the given versions, in order) arrive only while waited for;
+    the first after ``silent_waits`` waits that each block for their whole timeout, as a learner's
+    does while it starts."""
 
-    def __init__(self, versions: list[int]) -> None:
+    def __init__(self, versions: list[int], silent_waits: int = 0) -> None:
         self.pending = [
             WeightUpdate.build(v, {"bias": np.array([v], np.float32)}, subset="trainable") for v in versions
         ]
         self.waits = 0
+        self.silent_waits = silent_waits
 
     def latest(self) -> WeightUpdate | None:
         return None
 
     def recv(self, timeout_s: float) -> WeightUpdate | None:
         self.waits += 1
+        if self.waits <= self.silent_waits:
+            time.sleep(timeout_s)
+            return None
         return self.pending.pop(0) if self.pending else None
 
     def close(self) -> None:
@@ -58,6 +65,16 @@ def test_a_learner_that_stopped_publishing_costs_one_timeout_then_the_actor_runs
     waits = source.waits
     pace.before_episode(4)
     assert source.waits == waits
+
+
+def test_a_learner_slow_to_publish_its_first_version_is_waited_for_past_the_timeout():
+    # Loading 1,000 pixel demonstrations and warming up the critic took a learner over 2 minutes.
+    source = Versions([1, 2], silent_waits=6)
+    pace = LearnerPace(backend(source), versions_per_episode=1.0, timeout_s=0.05)
+    pace.before_episode(1)
+    assert not pace.gave_up and pace.backend.newest_version() == 1 and source.waits > 6
+    pace.before_episode(3)  # published once and then stopped: one timeout, then unpaced
+    assert pace.gave_up and pace.backend.newest_version() == 2
 
 
 def test_pace_settings_are_checked():
