@@ -37,7 +37,6 @@ import numpy.typing as npt
 from robotrl.config.learner import LearnerConfig
 from robotrl.core.batch import TransitionBatch
 from robotrl.core.log_limit import EveryFewSeconds
-from robotrl.core.malloc import trim_freed_memory
 from robotrl.core.protocols import Algorithm, BatchReceiver, Sender
 from robotrl.core.types import WeightUpdate
 from robotrl.learner.admission import Admission
@@ -54,11 +53,6 @@ from robotrl.learner.snapshots import PolicySnapshots
 from robotrl.transport.spool import SpoolFullError
 
 log = logging.getLogger(__name__)
-
-TRIM_EVERY_S = 10.0
-"""The ingest thread hands the heap's freed pages back at most this often, when it falls idle
-after batches (robotrl/core/malloc.py): actors' backlogs arriving together must not raise the
-learner's memory for good. A trim takes a few milliseconds."""
 
 
 class Learner:
@@ -147,18 +141,12 @@ class Learner:
         return True
 
     def _ingest_forever(self) -> None:
-        last_trim, stored_since_trim = self.clock(), 0
         while not self._stop.is_set():
             with self._ingest_lock:
                 refused = self.journal_refusals.total
-                stored = self.ingest_next(0.05)
+                self.ingest_next(0.05)
             if self.journal_refusals.total > refused:
                 self._stop.wait(0.05)  # the journal is full: give a checkpoint the lock to empty it
-                continue
-            stored_since_trim += stored
-            if not stored and stored_since_trim and self.clock() - last_trim >= TRIM_EVERY_S:
-                trim_freed_memory()  # idle after batches: a drained burst leaves the process
-                last_trim, stored_since_trim = self.clock(), 0
 
     def ingest_next(self, timeout_s: float) -> bool:
         """Receive, journal and store one batch; False when none came within ``timeout_s``
