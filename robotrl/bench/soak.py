@@ -43,7 +43,7 @@ from rich.console import Console
 from robotrl.bench import soak_audit as audit
 from robotrl.bench.proxy import TcpProxy
 from robotrl.bench.report import report
-from robotrl.bench.soak_faults import Faults, Role, tree_rss_mb
+from robotrl.bench.soak_faults import Faults, Role, tree_memory_mb
 from robotrl.config.transport import TransportConfig
 from robotrl.core import run_folder
 from robotrl.transport.sockets import free_endpoint
@@ -289,9 +289,9 @@ class Soak:
             for role in self._roles():
                 if role.alive():
                     assert role.proc is not None
-                    mb = tree_rss_mb(role.proc.pid)
-                    role.rss.append(mb)
-                    role.peak_mb = max(role.peak_mb, mb)
+                    total, private = tree_memory_mb(role.proc.pid)
+                    role.private_mb.append(private)
+                    role.peak_mb = max(role.peak_mb, total)
             for actor, role in self.actors.items():
                 progress = run_folder.read_actor_progress(self.run_dir, actor)
                 if progress is not None:
@@ -314,7 +314,9 @@ class Soak:
         sent = sum(self.sent.values())
         restarts = len(self.faults.sessions)
         drops = [audit.version_drops(v) for v in self.versions]
-        growth = audit.memory_growth({r.name: max(r.rss, r.longest_rss, key=len) for r in self._roles()})
+        growth = audit.memory_growth(
+            {r.name: max(r.private_mb, r.longest_private_mb, key=len) for r in self._roles()}
+        )
         lost, twice = max(0, sent - stored), max(0, stored - sent)
         # A learner restarted without its checkpoint has forgotten what the ended session stored:
         # a batch whose acknowledgement that session's stop lost is resent and stored again.
@@ -364,7 +366,7 @@ class Soak:
             "missed_deadlines_outside_faults": audit.missed_outside_faults(self.samples, self.faults.records),
             "missed_deadlines_total": _total_missed(self.samples),
             "peak_rss_mb": round(max(r.peak_mb for r in self._roles()), 1),
-            "rss_growth_mb": growth,
+            "private_memory_growth_mb": growth,
             "memory_flat": all(g < audit.MEMORY_GROWTH_MB for g in growth.values()),
             "unexpected_exits": self.unexpected_exits,
             "exit_codes": {**codes, "learner": learner_code},

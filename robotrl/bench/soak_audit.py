@@ -30,9 +30,11 @@ FOLLOW_S = 60.0
 FLOOD_LOG_LINES = 50
 """The most learner log lines a whole identity flood may cause."""
 MEMORY_GROWTH_MB = 64.0
-"""Flat memory: the floor of a role's longest incarnation rises less than this from its middle
-to its last third. A drained backlog leaves an actor (robotrl/core/malloc.py): the quick soak's
-floors measured learner +9 to +29 MB, actors -14 to -8 MB on a 2-core machine."""
+"""Flat memory: the floor of a role's private memory (anonymous and shared, not file-backed:
+robotrl/bench/soak_faults.py ``tree_memory_mb``) rises less than this from its longest
+incarnation's middle to its last third. A drained backlog leaves an actor
+(robotrl/core/malloc.py). Whole-RSS floors measured learner +9 to +168 MB on a 2-core machine,
+most of it file-backed pages a learner pages in as it runs."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def memory_growth(series: dict[str, list[float]]) -> dict[str, float]:
 
 
 def _growth(samples: list[float]) -> float:
-    """Lowest RSS of the last third minus the lowest of the middle third of one incarnation (its
+    """Lowest memory of the last third minus the lowest of the middle third of one incarnation (its
     first third is start-up). The floor is what a leak raises; batches an actor holds while the
     learner is away for a fault are a transient rise the floor ignores."""
     if len(samples) < 6:
