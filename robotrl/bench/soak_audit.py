@@ -32,9 +32,9 @@ FLOOD_LOG_LINES = 50
 MEMORY_GROWTH_MB = 64.0
 """Flat memory: the floor of a role's private memory (anonymous and shared, not file-backed:
 robotrl/bench/soak_faults.py ``tree_memory_mb``) rises less than this from its longest
-incarnation's middle to its last third. A drained backlog leaves an actor
-(robotrl/core/malloc.py). Whole-RSS floors measured learner +9 to +168 MB on a 2-core machine,
-most of it file-backed pages a learner pages in as it runs."""
+incarnation's middle to its last third. Whole resident memory is no measure of a leak: a
+learner's rose by +9 to +74 MB in quick soaks on a 2-core machine, most of it file-backed pages
+(libraries, memory-mapped rows) it pages in as it runs, which the kernel can take back."""
 
 
 @dataclass(frozen=True)

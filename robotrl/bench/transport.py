@@ -24,6 +24,10 @@ and state plus two 96x96 RGB cameras. Throughput is transitions delivered divide
 by the time from the actor's first send to the learner's last receipt. Each ratio to raw
 pyzmq is reported under its own name (state against one message per batch, state against
 the same joined messages, image); ``ratio_vs_raw_zmq`` is the weakest.
+
+A full run measures each transport about a second per payload, in three rounds that alternate
+robotrl with raw pyzmq, and reports the median round: on a shared virtual machine raw pyzmq
+alone moved by a third between runs of 0.15 s, so a ratio is taken between neighbours in time.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import contextlib
 import functools
 import multiprocessing as mp
 import queue
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -48,6 +53,8 @@ from robotrl.transport.transition_receiver import TransitionReceiver
 from robotrl.transport.transitions import TransitionSender
 
 BATCH = 64
+ROUNDS = 3
+"""Rounds of a full run, each robotrl then raw pyzmq per payload; the median round is reported."""
 _TIMEOUT_S = 300.0
 
 
@@ -299,50 +306,64 @@ def measure(kind: str, cameras: tuple[str, ...], n_batches: int) -> dict[str, An
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    counts = {  # batches of 64 per transport and payload
-        ("state", "robotrl"): 1000 if quick else 4000,
-        ("state", "raw_zmq"): 1000 if quick else 4000,
-        ("state", "raw_zmq_joined"): 1000 if quick else 4000,
-        ("state", "lerobot"): 10 if quick else 40,
-        ("image", "robotrl"): 30 if quick else 200,
-        ("image", "raw_zmq"): 30 if quick else 200,
-        ("image", "lerobot"): 4 if quick else 15,
+    counts = {  # batches of 64 per transport and payload: about a second each in a full run
+        ("state", "robotrl"): 1000 if quick else 20000,
+        ("state", "raw_zmq"): 1000 if quick else 20000,
+        ("state", "raw_zmq_joined"): 1000 if quick else 20000,
+        ("image", "robotrl"): 30 if quick else 600,
+        ("image", "raw_zmq"): 30 if quick else 600,
     }
+    if joined_batches(()) == 1:
+        del counts[("state", "raw_zmq_joined")]  # nothing joins: the same run as raw_zmq
+    rounds = 1 if quick else ROUNDS
     rows = []
-    results: dict[tuple[str, str], dict[str, Any]] = {}
-    for (payload, kind), n_batches in counts.items():
-        if kind == "raw_zmq_joined" and joined_batches(()) == 1:
-            continue  # nothing joins: the same run as raw_zmq
-        r = results[(payload, kind)] = measure(kind, () if payload == "state" else CAMERAS, n_batches)
-        rows.append([payload, kind, r["sent"], r["tps"], r["lost"]])
-    ours_img, raw_img, le_img = (results[("image", k)] for k in ("robotrl", "raw_zmq", "lerobot"))
-    raw_state = results[("state", "raw_zmq")]
-    raw_state_joined = results.get(("state", "raw_zmq_joined"), raw_state)
-    ratios = {
-        "state": results[("state", "robotrl")]["tps"] / raw_state["tps"],
-        "state_same_messages": results[("state", "robotrl")]["tps"] / raw_state_joined["tps"],
-        "image": ours_img["tps"] / raw_img["tps"],
+    tps: dict[tuple[str, str], list[float]] = {key: [] for key in counts}
+    lost = 0
+    for round_ in range(1, rounds + 1):
+        for (payload, kind), n_batches in counts.items():
+            r = measure(kind, () if payload == "state" else CAMERAS, n_batches)
+            tps[(payload, kind)].append(r["tps"])
+            lost += r["lost"] if kind == "robotrl" else 0
+            rows.append([payload, kind, round_, r["sent"], r["tps"], r["lost"]])
+    lerobot: dict[str, float] = {}
+    for payload, n_batches in (("state", 10 if quick else 40), ("image", 4 if quick else 15)):
+        r = measure("lerobot", () if payload == "state" else CAMERAS, n_batches)
+        lerobot[payload] = r["tps"]
+        rows.append([payload, "lerobot", 1, r["sent"], r["tps"], r["lost"]])
+    raw_joined = ("state", "raw_zmq_joined") if ("state", "raw_zmq_joined") in tps else ("state", "raw_zmq")
+    per_round = {  # each round's ratio: robotrl against the raw run beside it
+        "state": _ratios(tps[("state", "robotrl")], tps[("state", "raw_zmq")]),
+        "state_same_messages": _ratios(tps[("state", "robotrl")], tps[raw_joined]),
+        "image": _ratios(tps[("image", "robotrl")], tps[("image", "raw_zmq")]),
     }
+    ratios = {name: statistics.median(values) for name, values in per_round.items()}
+    median = {key: statistics.median(values) for key, values in tps.items()}
     result: dict[str, Any] = {
         "bench": "transport",
-        "state_tps": round(results[("state", "robotrl")]["tps"]),
-        "image_tps": round(ours_img["tps"]),
+        "rounds": rounds,
+        "state_tps": round(median[("state", "robotrl")]),
+        "image_tps": round(median[("image", "robotrl")]),
         "ratio_vs_raw_zmq": round(min(ratios.values()), 3),  # the headline is the weakest
-        "lost": results[("state", "robotrl")]["lost"] + ours_img["lost"],
-        "lerobot_image_tps": round(le_img["tps"], 1),
+        "lost": lost,
+        "lerobot_image_tps": round(lerobot["image"], 1),
         **{f"{name}_ratio_vs_raw_zmq": round(ratio, 3) for name, ratio in ratios.items()},
-        "raw_zmq_state_tps": round(raw_state["tps"]),
-        "raw_zmq_state_joined_tps": round(raw_state_joined["tps"]),
+        **{f"{name}_ratio_vs_raw_zmq_rounds": [round(v, 3) for v in rs] for name, rs in per_round.items()},
+        "raw_zmq_state_tps": round(median[("state", "raw_zmq")]),
+        "raw_zmq_state_joined_tps": round(median[raw_joined]),
         "state_batches_joined": joined_batches(()),
-        "raw_zmq_image_tps": round(raw_img["tps"]),
-        "lerobot_state_tps": round(results[("state", "lerobot")]["tps"], 1),
-        "image_vs_lerobot": round(ours_img["tps"] / le_img["tps"], 1),
+        "raw_zmq_image_tps": round(median[("image", "raw_zmq")]),
+        "lerobot_state_tps": round(lerobot["state"], 1),
+        "image_vs_lerobot": round(median[("image", "robotrl")] / lerobot["image"], 1),
     }
     report(
         f"transport: actor process -> learner process, tcp loopback, batches of {BATCH} "
-        f"({'quick' if quick else 'full'} run)",
-        ["payload", "transport", "transitions sent", "transitions/s", "lost"],
+        f"({'quick' if quick else 'full'} run, {rounds} round{'s' if rounds > 1 else ''})",
+        ["payload", "transport", "round", "transitions sent", "transitions/s", "lost"],
         rows,
         result,
     )
     return result
+
+
+def _ratios(ours: list[float], raw: list[float]) -> list[float]:
+    return [a / b for a, b in zip(ours, raw, strict=True)]
