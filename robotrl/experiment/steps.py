@@ -21,10 +21,8 @@ from typing import Any
 
 from rich.console import Console
 
+from robotrl.core.quiet import quiet_variables
 from robotrl.core.run_folder import StepStamp, eval_episodes_ran, read_step_stamp, write_step_stamp
-
-QUIET = {"HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
-"""Environment of every step: the datasets library's per-episode bars would drown robotrl's own."""
 
 
 class StepFailedError(RuntimeError):
@@ -127,7 +125,8 @@ class Steps:
 
 
 def step_env() -> dict[str, str]:
-    return {**os.environ, **QUIET}
+    """Every step's environment: this one's, with the datasets library quiet."""
+    return {**os.environ, **quiet_variables(os.environ)}
 
 
 def step_key(argv: Sequence[str], inputs: dict[str, str | None]) -> dict[str, Any]:

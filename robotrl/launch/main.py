@@ -12,6 +12,7 @@ episode, so the arm ends holding still, and flushes its transitions), then the l
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -26,6 +27,7 @@ from rich.live import Live
 from robotrl.config.load import ConfigError, load_config
 from robotrl.config.schema import RobotRLConfig
 from robotrl.core import run_folder
+from robotrl.core.quiet import quiet_variables
 from robotrl.core.run_folder import RoleStatus
 from robotrl.launch.status import describe_progress, snapshot, table
 from robotrl.launch.supervisor import RoleSpec, State, Supervisor
@@ -53,7 +55,7 @@ def build_specs(cfg: RobotRLConfig, overrides: Sequence[str]) -> list[RoleSpec]:
     """The learner (when asked) and ``launch.actors`` actors, each with its log file."""
     shared = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in _PER_ACTOR_KEYS]
     run_dir = Path(cfg.run_dir)
-    env = {"COLUMNS": "160", "PYTHONUNBUFFERED": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+    env = {"COLUMNS": "160", "PYTHONUNBUFFERED": "1", **quiet_variables(os.environ)}
     specs = []
     if cfg.launch.learner:
         learner_env = {**env, **_threads(cfg.launch.learner_threads)}
