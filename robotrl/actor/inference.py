@@ -151,6 +151,10 @@ class InProcessInference:
                 self.slots.stage(update)
         return self.slots.newest_version
 
+    def publisher_alive(self) -> bool:
+        """Whether the learner's weight publisher was heard from lately (False offline)."""
+        return self._weights is not None and self._weights.publisher_alive()
+
     def poll(self) -> InferenceReply | None:
         return self._replies.popleft() if self._replies else None
 

@@ -8,10 +8,11 @@ learner time per episode. ``actor.versions_per_episode`` fixes that share in the
 so a fine-tuning run is the same on a fast or a loaded machine. Waiting happens between
 episodes (the robot is at reset), never during one.
 
-The first version from the learner is waited for as long as the learner takes: a learner
-loading 1,000 demonstrations from pixels and warming up its critic took over 2 minutes, and an
-actor that gave up on it then ran all its episodes on its first weights. Only a learner that
-has published and then stops is given up on, after one ``timeout_s``.
+The first version from the learner is waited for as long as the learner is up or not yet
+heard from: a learner loading 1,000 demonstrations from pixels and warming up its critic took
+about 4 minutes, and an actor that gave up after 2 ran 110 of its 200 episodes on its first
+weights. A learner heard from and then gone without publishing is given up on at once; one
+that has published and then stops, after one ``timeout_s`` of waiting for the next version.
 """
 
 from __future__ import annotations
@@ -48,9 +49,27 @@ class LearnerPace:
         if self.gave_up:
             return
         want = self.wanted(episode)
-        waited_s = 0.0
+        if want > self._first and not self._published() and not self._wait_for_first_version(episode, stop):
+            if not _stopped(stop):
+                self._give_up(episode, want, "heard from, then gone without publishing")
+            return
         got = self.backend.wait_for_version(want, self.timeout_s, stop)
-        while got == self._first < want and not (stop is not None and stop.is_set()):
+        if got < want and not _stopped(stop):
+            self._give_up(episode, want, f"published nothing new in {self.timeout_s:.0f} s (done or down)")
+
+    def _published(self) -> bool:
+        return self.backend.newest_version() > self._first
+
+    def _wait_for_first_version(self, episode: int, stop: threading.Event | None) -> bool:
+        """Wait while the learner is up or not yet heard from; whether it published."""
+        waited_s, heard = 0.0, False
+        while not _stopped(stop):
+            if self.backend.wait_for_version(self._first + 1, self.timeout_s, stop) > self._first:
+                return True
+            alive = self.backend.publisher_alive()
+            if heard and not alive:
+                return False
+            heard = heard or alive
             waited_s += self.timeout_s
             log.warning(
                 "episode %d has waited %.0f s for the learner's first policy version (it may still be "
@@ -58,14 +77,18 @@ class LearnerPace:
                 episode,
                 waited_s,
             )
-            got = self.backend.wait_for_version(want, self.timeout_s, stop)
-        if got < want and not (stop is not None and stop.is_set()):
-            self.gave_up = True
-            log.warning(
-                "episode %d waited %.0f s for policy version %d and has %d: the learner has stopped "
-                "publishing (done or down); the actor runs on unpaced",
-                episode,
-                self.timeout_s,
-                want,
-                got,
-            )
+        return False
+
+    def _give_up(self, episode: int, want: int, why: str) -> None:
+        self.gave_up = True
+        log.warning(
+            "episode %d wanted policy version %d and has %d: the learner %s; the actor runs on unpaced",
+            episode,
+            want,
+            self.backend.newest_version(),
+            why,
+        )
+
+
+def _stopped(stop: threading.Event | None) -> bool:
+    return stop is not None and stop.is_set()

@@ -64,7 +64,8 @@ class ActorConfig:
     weights_wait_s: float = field(default=120.0, metadata=bounds(gt=0))
     """versions_per_episode: longest wait for a version once the learner has published one; after
     one timeout (a learner that has stopped publishing) the actor logs it and runs on unpaced. The
-    learner's first version is waited for as long as it takes, logged every this many seconds."""
+    learner's first version is waited for while the learner is up or not yet heard from, logged
+    every this many seconds."""
     seed: int = 0
     """Seed of the first episode; episode i uses seed + i."""
     realtime_priority: int = field(default=0, metadata=bounds(ge=0, le=99, note="0: normal scheduling"))

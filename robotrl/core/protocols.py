@@ -185,6 +185,10 @@ class WeightSource(Protocol):
         """As :meth:`latest`, waiting up to ``timeout_s`` for one to arrive."""
         ...
 
+    def publisher_alive(self) -> bool:
+        """Whether the publisher was heard from lately (it may not have published yet)."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -159,6 +159,9 @@ class WeightSubscriber:
             update, self._ready_update = self._ready_update, None
             return update
 
+    def publisher_alive(self) -> bool:
+        return self._live.alive()
+
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = self._counts.snapshot()
         out["policy_version"] = self._sessions.version

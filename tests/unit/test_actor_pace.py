@@ -17,26 +17,30 @@ from robotrl.core.types import WeightUpdate
 
 
 class Versions:
-    """A weight source whose updates (the given versions, in order) arrive only while waited for;
-    the first after ``silent_waits`` waits that each block for their whole timeout, as a learner's
-    does while it starts."""
+    """A weight source whose updates arrive only while waited for, in the order of ``script``:
+    a version arrives at one wait; None, and every wait past the script, blocks for its whole
+    timeout with nothing (a learner starting, or silent). Its publisher is heard for the first
+    ``alive_waits`` waits (None: always)."""
 
-    def __init__(self, versions: list[int], silent_waits: int = 0) -> None:
-        self.pending = [
-            WeightUpdate.build(v, {"bias": np.array([v], np.float32)}, subset="trainable") for v in versions
-        ]
+    def __init__(self, script: list[int | None], alive_waits: int | None = None) -> None:
+        self.script = list(script)
         self.waits = 0
-        self.silent_waits = silent_waits
+        self.alive_waits = alive_waits
 
     def latest(self) -> WeightUpdate | None:
         return None
 
     def recv(self, timeout_s: float) -> WeightUpdate | None:
         self.waits += 1
-        if self.waits <= self.silent_waits:
+        assert self.waits < 1000, "waited forever"  # a hang fails the test instead
+        version = self.script.pop(0) if self.script else None
+        if version is None:
             time.sleep(timeout_s)
             return None
-        return self.pending.pop(0) if self.pending else None
+        return WeightUpdate.build(version, {"bias": np.array([version], np.float32)}, subset="trainable")
+
+    def publisher_alive(self) -> bool:
+        return self.alive_waits is None or self.waits <= self.alive_waits
 
     def close(self) -> None:
         pass
@@ -68,13 +72,28 @@ def test_a_learner_that_stopped_publishing_costs_one_timeout_then_the_actor_runs
 
 
 def test_a_learner_slow_to_publish_its_first_version_is_waited_for_past_the_timeout():
-    # Loading 1,000 pixel demonstrations and warming up the critic took a learner over 2 minutes.
-    source = Versions([1, 2], silent_waits=6)
+    # Loading 1,000 pixel demonstrations and warming up the critic took a learner about 4 minutes.
+    source = Versions([None] * 6 + [1, 2])
     pace = LearnerPace(backend(source), versions_per_episode=1.0, timeout_s=0.05)
     pace.before_episode(1)
     assert not pace.gave_up and pace.backend.newest_version() == 1 and source.waits > 6
     pace.before_episode(3)  # published once and then stopped: one timeout, then unpaced
     assert pace.gave_up and pace.backend.newest_version() == 2
+
+
+def test_a_learner_heard_from_then_gone_without_publishing_is_given_up_on():
+    source = Versions([None] * 4, alive_waits=2)
+    pace = LearnerPace(backend(source), versions_per_episode=1.0, timeout_s=0.05)
+    pace.before_episode(1)
+    assert pace.gave_up and pace.backend.newest_version() == 0
+
+
+def test_the_version_after_a_late_first_one_gets_a_whole_timeout():
+    # The first version comes 0.8 s into a 1 s wait; the next one 0.5 s after it.
+    source = Versions([None] * 8 + [1] + [None] * 5 + [2])
+    pace = LearnerPace(backend(source), versions_per_episode=1.0, timeout_s=1.0)
+    pace.before_episode(2)
+    assert not pace.gave_up and pace.backend.newest_version() == 2
 
 
 def test_pace_settings_are_checked():
