@@ -15,6 +15,9 @@ def test_bench_transport_loses_nothing_and_reports_every_field():
     ratios = ("state", "state_same_messages", "image")
     assert result["ratio_vs_raw_zmq"] == min(result[f"{name}_ratio_vs_raw_zmq"] for name in ratios)
     assert int(result["state_batches_joined"]) > 1  # a state batch is far below transport.coalesce_kb
+    # A ratio and the transitions/s beside it come from one round.
+    state_tps, raw_tps = (float(result[k]) for k in ("state_tps", "raw_zmq_state_tps"))  # type: ignore[arg-type]
+    assert abs(float(result["state_ratio_vs_raw_zmq"]) - state_tps / raw_tps) < 0.002  # type: ignore[arg-type]
 
 
 @pytest.mark.slow
