@@ -289,8 +289,8 @@ class Soak:
             for role in self._roles():
                 if role.alive():
                     assert role.proc is not None
-                    total, private = tree_memory_mb(role.proc.pid)
-                    role.private_mb.append(private)
+                    total, anon = tree_memory_mb(role.proc.pid)
+                    role.anon_mb.append(anon)
                     role.peak_mb = max(role.peak_mb, total)
             for actor, role in self.actors.items():
                 progress = run_folder.read_actor_progress(self.run_dir, actor)
@@ -315,7 +315,7 @@ class Soak:
         restarts = len(self.faults.sessions)
         drops = [audit.version_drops(v) for v in self.versions]
         growth = audit.memory_growth(
-            {r.name: max(r.private_mb, r.longest_private_mb, key=len) for r in self._roles()}
+            {r.name: max(r.anon_mb, r.longest_anon_mb, key=len) for r in self._roles()}
         )
         lost, twice = max(0, sent - stored), max(0, stored - sent)
         # A learner restarted without its checkpoint has forgotten what the ended session stored:
@@ -366,7 +366,7 @@ class Soak:
             "missed_deadlines_outside_faults": audit.missed_outside_faults(self.samples, self.faults.records),
             "missed_deadlines_total": _total_missed(self.samples),
             "peak_rss_mb": round(max(r.peak_mb for r in self._roles()), 1),
-            "private_memory_growth_mb": growth,
+            "anon_memory_growth_mb": growth,
             "memory_flat": all(g < audit.MEMORY_GROWTH_MB for g in growth.values()),
             "unexpected_exits": self.unexpected_exits,
             "exit_codes": {**codes, "learner": learner_code},

@@ -30,11 +30,12 @@ FOLLOW_S = 60.0
 FLOOD_LOG_LINES = 50
 """The most learner log lines a whole identity flood may cause."""
 MEMORY_GROWTH_MB = 64.0
-"""Flat memory: the floor of a role's private memory (anonymous and shared, not file-backed:
+"""Flat memory: the floor of a role's anonymous memory (heap and shared memory, not file-backed:
 robotrl/bench/soak_faults.py ``tree_memory_mb``) rises less than this from its longest
 incarnation's middle to its last third. Whole resident memory is no measure of a leak: a
-learner's rose by +9 to +74 MB in quick soaks on a 2-core machine, most of it file-backed pages
-(libraries, memory-mapped rows) it pages in as it runs, which the kernel can take back."""
+learner's rose by +9 to +74 MB in quick soaks on a 2-core machine, and in the one incarnation
+split into its parts nearly all the rise was file-backed pages (libraries, memory-mapped rows)
+it paged in as it ran, which the kernel can take back."""
 
 
 @dataclass(frozen=True)

@@ -47,11 +47,12 @@ _pause = threading.Event()  # never set: waiting on it is a pause
 
 def tree_memory_mb(pid: int) -> tuple[float, float]:
     """Resident memory of ``pid`` and its descendants (an actor's inference worker), in MB: all
-    of it (VmRSS) and its private part (RssAnon + RssShmem), where a leak shows. The rest is
-    file-backed pages the kernel can take back, which grow as code runs for the first time
-    (torch's libraries page in) and as memory-mapped image rows are read: a learner's grew
-    +39 MB in two minutes of a quick soak while its private memory stayed within +3 MB."""
-    total, private, todo = 0, 0, [pid]
+    of it (VmRSS) and its anonymous part (RssAnon + RssShmem: heap, stacks, shared-memory
+    segments), where a leak shows. The rest is file-backed pages the kernel can take back,
+    which grow as code runs for the first time (torch's libraries page in) and as memory-mapped
+    image rows are read: a learner's grew +39 MB in two minutes of a quick soak while its
+    anonymous memory stayed within +3 MB."""
+    total, anon, todo = 0, 0, [pid]
     while todo:
         p = todo.pop()
         try:
@@ -59,12 +60,12 @@ def tree_memory_mb(pid: int) -> tuple[float, float]:
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1])
                 elif line.startswith(("RssAnon:", "RssShmem:")):
-                    private += int(line.split()[1])
+                    anon += int(line.split()[1])
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, ValueError):
             continue
-    return total / 1024, private / 1024
+    return total / 1024, anon / 1024
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -87,13 +88,13 @@ class Role:
     argv: list[str]
     log: Path
     proc: subprocess.Popen[bytes] | None = None
-    private_mb: list[float] = field(default_factory=list)
-    """Private resident memory (:func:`tree_memory_mb`), once a second, of the current
+    anon_mb: list[float] = field(default_factory=list)
+    """Anonymous resident memory (:func:`tree_memory_mb`), once a second, of the current
     incarnation (a restarted process starts anew)."""
-    longest_private_mb: list[float] = field(default_factory=list)
+    longest_anon_mb: list[float] = field(default_factory=list)
     """The samples of the longest-lived incarnation so far (where growth is judged)."""
     peak_mb: float = 0.0
-    """The highest resident memory sampled, private or not."""
+    """The highest resident memory sampled, file-backed or not."""
     incarnations: int = 0
     log_mark: int = 0
     """The log's size when the current incarnation started (where its lines begin)."""
@@ -103,9 +104,9 @@ class Role:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT)
         self.incarnations += 1
-        if len(self.private_mb) > len(self.longest_private_mb):
-            self.longest_private_mb = self.private_mb
-        self.private_mb = []
+        if len(self.anon_mb) > len(self.longest_anon_mb):
+            self.longest_anon_mb = self.anon_mb
+        self.anon_mb = []
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

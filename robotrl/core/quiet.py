@@ -15,7 +15,11 @@ _NO_BARS_WARNING = "ignore:Cannot enable progress bars:UserWarning"
 
 
 def quiet_variables(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables to set over ``environ`` for a quiet child: the datasets library's bars off,
-    its warning about that filtered, any ``PYTHONWARNINGS`` in ``environ`` kept ahead of it."""
-    warnings = ",".join(w for w in (environ.get("PYTHONWARNINGS"), _NO_BARS_WARNING) if w)
-    return {**_NO_BARS, "PYTHONWARNINGS": warnings}
+    """The variables to set over ``environ`` for a quiet child: the datasets library's bars off
+    and its warning about that filtered. Filters already in ``environ``'s ``PYTHONWARNINGS`` are
+    kept; ours comes last, so it wins for that one message (a later filter takes precedence),
+    and is added once however deep the children nest."""
+    filters = [w for w in environ.get("PYTHONWARNINGS", "").split(",") if w]
+    if _NO_BARS_WARNING not in filters:
+        filters.append(_NO_BARS_WARNING)
+    return {**_NO_BARS, "PYTHONWARNINGS": ",".join(filters)}

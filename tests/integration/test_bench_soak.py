@@ -35,7 +35,7 @@ def test_bench_soak_quick_loses_nothing_and_every_fault_meets_its_check(soak):
     assert soak["batches_lost_to_actor_crash"] == 0 and soak["batches_in_flight_at_end"] == 0, accounts
     assert soak["policy_versions_monotonic_per_session"] is True and soak["policy_version_max"] >= 1
     assert soak["missed_deadlines_outside_faults"] == 0
-    assert soak["memory_flat"] is True, soak["private_memory_growth_mb"]
+    assert soak["memory_flat"] is True, soak["anon_memory_growth_mb"]
     assert soak["unexpected_exits"] == []
     assert soak["exit_codes"] == {"actor-0": 0, "actor-1": 0, "learner": 0}
     assert soak["faults_failed"] == [], {k: soak["faults"][k] for k in soak["faults_failed"]}

@@ -23,10 +23,12 @@ def test_a_quiet_child_has_no_bars_and_no_warning_after_lerobot_turns_them_back_
         [sys.executable, "-c", _LEROBOT_SUPPRESSES_BARS], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "True"
+    assert done.stdout.strip() == "True"  # the bars stay off
     assert "Cannot enable progress bars" not in done.stderr
 
 
-def test_a_users_warning_filters_are_kept_ahead_of_ours():
-    assert quiet_variables({"PYTHONWARNINGS": "error"})["PYTHONWARNINGS"].startswith("error,ignore:")
+def test_a_users_warning_filters_are_kept_and_ours_is_added_once_however_deep_the_children_nest():
+    child = quiet_variables({"PYTHONWARNINGS": "error"})
+    assert child["PYTHONWARNINGS"].startswith("error,ignore:Cannot enable progress bars")
+    assert quiet_variables(child) == child
     assert quiet_variables({})["PYTHONWARNINGS"].startswith("ignore:")
