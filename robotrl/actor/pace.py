@@ -11,8 +11,9 @@ episodes (the robot is at reset), never during one.
 The first version from the learner is waited for as long as the learner is up or not yet
 heard from: a learner loading 1,000 demonstrations from pixels and warming up its critic took
 about 4 minutes, and an actor that gave up after 2 ran 110 of its 200 episodes on its first
-weights. A learner heard from and then gone without publishing is given up on at once; one
-that has published and then stops, after one ``timeout_s`` of waiting for the next version.
+weights. A learner heard from and then gone without publishing (silent at two checks a
+``timeout_s`` apart) is given up on; one that has published and then stops, after one
+``timeout_s`` of waiting for the next version.
 """
 
 from __future__ import annotations
@@ -61,15 +62,17 @@ class LearnerPace:
         return self.backend.newest_version() > self._first
 
     def _wait_for_first_version(self, episode: int, stop: threading.Event | None) -> bool:
-        """Wait while the learner is up or not yet heard from; whether it published."""
-        waited_s, heard = 0.0, False
+        """Wait while the learner is up or not yet heard from; whether it published. Gone means
+        silent at two checks a whole wait apart, so a learner that restarts is waited for."""
+        waited_s, heard, silent_checks = 0.0, False, 0
         while not _stopped(stop):
             if self.backend.wait_for_version(self._first + 1, self.timeout_s, stop) > self._first:
                 return True
             alive = self.backend.publisher_alive()
-            if heard and not alive:
-                return False
             heard = heard or alive
+            silent_checks = 0 if alive else silent_checks + 1
+            if heard and silent_checks >= 2:
+                return False
             waited_s += self.timeout_s
             log.warning(
                 "episode %d has waited %.0f s for the learner's first policy version (it may still be "

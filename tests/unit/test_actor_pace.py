@@ -88,6 +88,17 @@ def test_a_learner_heard_from_then_gone_without_publishing_is_given_up_on():
     assert pace.gave_up and pace.backend.newest_version() == 0
 
 
+def test_a_learner_silent_for_less_than_a_whole_wait_is_still_waited_for():
+    class Restarting(Versions):  # heard, silent at one check (restarting), heard, then publishes
+        def publisher_alive(self) -> bool:
+            return self.waits != 2
+
+    source = Restarting([None] * 4 + [1])
+    pace = LearnerPace(backend(source), versions_per_episode=1.0, timeout_s=0.05)
+    pace.before_episode(1)
+    assert not pace.gave_up and pace.backend.newest_version() == 1
+
+
 def test_the_version_after_a_late_first_one_gets_a_whole_timeout():
     # The first version comes 0.8 s into a 1 s wait; the next one 0.5 s after it.
     source = Versions([None] * 8 + [1] + [None] * 5 + [2])
